@@ -1,0 +1,63 @@
+"""The environment contract: how a launch config reaches every worker process.
+
+The launcher sets the standard torch variables plus CONFIG_ENV holding the LaunchConfig as JSON.
+`Accelerator()` reads it back; with nothing set, a run is a plain single process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+
+from .launch_config import LaunchConfig
+
+CONFIG_ENV = "NOTEBOOK_LAUNCHER_LAUNCH_CONFIG"
+TORCH_ENV_KEYS = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "GROUP_RANK",
+)
+
+
+def config_to_env(config: LaunchConfig) -> dict[str, str]:
+    """The variable that carries the config (JSON, so any language or shell can read it)."""
+    return {CONFIG_ENV: json.dumps(config.to_dict(), sort_keys=True)}
+
+
+def config_from_env(environ: Mapping[str, str] | None = None) -> LaunchConfig | None:
+    """The LaunchConfig this process was launched with, or None outside a launch."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get(CONFIG_ENV)
+    if not raw:
+        return None
+    return LaunchConfig.from_dict(json.loads(raw), source=f"${CONFIG_ENV}")
+
+
+def worker_env(
+    *,
+    rank: int,
+    local_rank: int,
+    world_size: int,
+    local_world_size: int,
+    group_rank: int,
+    master_addr: str,
+    master_port: int,
+    config: LaunchConfig,
+) -> dict[str, str]:
+    """Every variable one worker needs, as strings."""
+    env = {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(local_rank),
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_WORLD_SIZE": str(local_world_size),
+        "GROUP_RANK": str(group_rank),
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(master_port),
+    }
+    env.update(config_to_env(config))
+    return env

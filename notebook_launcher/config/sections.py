@@ -1,0 +1,118 @@
+"""The FSDP and DeepSpeed sections of a launch config, keyed exactly like Accelerate's YAML."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ConfigError, bad_value
+
+FSDP_SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
+FSDP_WRAP_POLICIES = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
+FSDP_STATE_DICT_TYPES = ("FULL_STATE_DICT", "SHARDED_STATE_DICT")
+FSDP_BACKWARD_PREFETCH = ("BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH")
+OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+ZERO_STAGES = (0, 1, 2, 3)
+
+# Accelerate (FSDP1) wrote sharding strategies as numbers in older configs.
+_SHARDING_BY_NUMBER = {1: "FULL_SHARD", 2: "SHARD_GRAD_OP", 3: "NO_SHARD", 4: "HYBRID_SHARD"}
+
+
+@dataclass
+class FSDPConfig:
+    """How FSDP2 shards a model. Field names are Accelerate's `fsdp_config` keys."""
+
+    fsdp_version: int = 2
+    fsdp_sharding_strategy: str = "FULL_SHARD"
+    fsdp_auto_wrap_policy: str | None = None
+    fsdp_transformer_layer_cls_to_wrap: str | None = None
+    fsdp_min_num_params: int = 100_000_000
+    fsdp_offload_params: bool = False
+    fsdp_state_dict_type: str = "FULL_STATE_DICT"
+    fsdp_activation_checkpointing: bool = False
+    fsdp_reshard_after_forward: bool | None = None
+    fsdp_backward_prefetch: str | None = None
+    fsdp_forward_prefetch: bool = False
+    fsdp_use_orig_params: bool = True
+    fsdp_cpu_ram_efficient_loading: bool = False
+    fsdp_sync_module_states: bool = True
+
+    def validate(self) -> None:
+        if self.fsdp_version not in (1, 2):
+            raise bad_value("fsdp_config.fsdp_version", self.fsdp_version, (1, 2))
+        if str(self.fsdp_sharding_strategy).isdigit():
+            number = int(self.fsdp_sharding_strategy)
+            self.fsdp_sharding_strategy = _SHARDING_BY_NUMBER.get(number, str(number))
+        self.fsdp_sharding_strategy = str(self.fsdp_sharding_strategy).upper()
+        if self.fsdp_sharding_strategy not in FSDP_SHARDING_STRATEGIES:
+            raise bad_value(
+                "fsdp_config.fsdp_sharding_strategy", self.fsdp_sharding_strategy, FSDP_SHARDING_STRATEGIES
+            )
+        if self.fsdp_auto_wrap_policy is not None:
+            self.fsdp_auto_wrap_policy = str(self.fsdp_auto_wrap_policy).upper()
+            if self.fsdp_auto_wrap_policy not in FSDP_WRAP_POLICIES:
+                raise bad_value("fsdp_config.fsdp_auto_wrap_policy", self.fsdp_auto_wrap_policy, FSDP_WRAP_POLICIES)
+        if self.fsdp_auto_wrap_policy == "TRANSFORMER_BASED_WRAP" and not self.layer_classes():
+            raise ConfigError(
+                "fsdp_config.fsdp_auto_wrap_policy=TRANSFORMER_BASED_WRAP needs "
+                "fsdp_transformer_layer_cls_to_wrap, e.g. 'TransformerEncoderLayer'."
+            )
+        if int(self.fsdp_min_num_params) < 0:
+            raise ConfigError(f"fsdp_config.fsdp_min_num_params={self.fsdp_min_num_params!r} must be >= 0.")
+        self.fsdp_state_dict_type = str(self.fsdp_state_dict_type).upper()
+        if self.fsdp_state_dict_type not in FSDP_STATE_DICT_TYPES:
+            raise bad_value("fsdp_config.fsdp_state_dict_type", self.fsdp_state_dict_type, FSDP_STATE_DICT_TYPES)
+        if self.fsdp_backward_prefetch is not None:
+            self.fsdp_backward_prefetch = str(self.fsdp_backward_prefetch).upper()
+            if self.fsdp_backward_prefetch not in FSDP_BACKWARD_PREFETCH:
+                raise bad_value(
+                    "fsdp_config.fsdp_backward_prefetch", self.fsdp_backward_prefetch, FSDP_BACKWARD_PREFETCH
+                )
+
+    def layer_classes(self) -> list[str]:
+        """The layer class names to wrap, from the comma-separated setting."""
+        raw = self.fsdp_transformer_layer_cls_to_wrap or ""
+        if isinstance(raw, (list, tuple)):
+            return [str(name).strip() for name in raw if str(name).strip()]
+        return [name.strip() for name in str(raw).split(",") if name.strip()]
+
+    @property
+    def reshard_after_forward(self) -> bool:
+        """FULL_SHARD frees gathered parameters after forward; SHARD_GRAD_OP keeps them."""
+        if self.fsdp_reshard_after_forward is not None:
+            return bool(self.fsdp_reshard_after_forward)
+        return self.fsdp_sharding_strategy != "SHARD_GRAD_OP"
+
+
+@dataclass
+class DeepSpeedConfig:
+    """How DeepSpeed runs. Field names are Accelerate's `deepspeed_config` keys."""
+
+    deepspeed_config_file: str | None = None
+    zero_stage: int = 2
+    offload_optimizer_device: str = "none"
+    offload_param_device: str = "none"
+    gradient_clipping: float | None = None
+    gradient_accumulation_steps: int | None = None
+    zero3_init_flag: bool = False
+    zero3_save_16bit_model: bool = True
+    deepspeed_multinode_launcher: str = "standard"
+
+    def validate(self) -> None:
+        if self.zero_stage not in ZERO_STAGES:
+            raise bad_value(
+                "deepspeed_config.zero_stage", self.zero_stage, ZERO_STAGES, "ZeRO has stages 0 to 3."
+            )
+        for name in ("offload_optimizer_device", "offload_param_device"):
+            value = str(getattr(self, name)).lower()
+            if value not in OFFLOAD_DEVICES:
+                raise bad_value(f"deepspeed_config.{name}", value, OFFLOAD_DEVICES)
+            setattr(self, name, value)
+        if self.gradient_clipping is not None and float(self.gradient_clipping) <= 0:
+            raise ConfigError(
+                f"deepspeed_config.gradient_clipping={self.gradient_clipping!r} must be a positive number."
+            )
+        if self.gradient_accumulation_steps is not None and int(self.gradient_accumulation_steps) < 1:
+            raise ConfigError(
+                "deepspeed_config.gradient_accumulation_steps="
+                f"{self.gradient_accumulation_steps!r} must be >= 1."
+            )

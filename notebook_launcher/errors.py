@@ -1,0 +1,37 @@
+"""Every error this package raises on purpose, so users can catch them by name."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class NotebookLauncherError(Exception):
+    """Base class of every error raised on purpose by notebook_launcher."""
+
+
+class ConfigError(NotebookLauncherError, ValueError):
+    """A launch setting has a value we cannot use; the message names the setting and the fix."""
+
+
+class AcceleratorError(NotebookLauncherError, RuntimeError):
+    """The Accelerator was used in a way it cannot support (e.g. backward before prepare)."""
+
+
+class HardwareError(NotebookLauncherError, RuntimeError):
+    """The machine cannot do what was asked (e.g. fp8 without a capable GPU)."""
+
+
+def closest(name: str, choices: Iterable[str]) -> str:
+    """Return ' Did you mean X?' for the nearest choice, or '' when nothing is close."""
+    match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
+    return f" Did you mean {match[0]!r}?" if match else ""
+
+
+def bad_value(field: str, value: object, allowed: Iterable[object], hint: str = "") -> ConfigError:
+    """Build the standard 'field got X, allowed: ...' error."""
+    allowed = list(allowed)
+    shown = ", ".join(repr(a) for a in allowed)
+    suggestion = closest(str(value), [str(a) for a in allowed]) if isinstance(value, str) else ""
+    msg = f"{field}={value!r} is not valid; allowed values: {shown}.{suggestion}"
+    return ConfigError(msg + (f" {hint}" if hint else ""))

@@ -1,0 +1,57 @@
+"""What a running launch tells its observers (the printer in a cell, the RunView widget).
+
+Observers are plain callables `observer(event)`; they run in the thread that supervises the launch
+and must return quickly. Workers produce these through the parent<->worker channel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    world_size: int
+    local_ranks: tuple[int, ...]  # global ranks running on this machine
+    start_method: str
+    config: Any  # LaunchConfig
+
+
+@dataclass(frozen=True)
+class OutputLine:
+    rank: int
+    stream: Literal["stdout", "stderr"]
+    text: str  # one line, without its trailing newline
+
+
+@dataclass(frozen=True)
+class MetricLogged:
+    rank: int
+    step: int | None
+    values: dict[str, Any]
+    time: float
+
+
+@dataclass(frozen=True)
+class ProgressUpdate:
+    rank: int
+    step: int  # steps done so far (1-based count)
+    total: int | None  # total steps when known
+    time: float
+
+
+@dataclass(frozen=True)
+class RunFinished:
+    status: Literal["done", "failed", "stopped", "timeout"]
+    duration: float
+    failed_rank: int | None = None
+    error: str | None = None  # one-line summary for a status line
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+Event = RunStarted | OutputLine | MetricLogged | ProgressUpdate | RunFinished
+
+
+class Observer(Protocol):
+    def __call__(self, event: Event) -> None: ...
