@@ -36,9 +36,10 @@ class MetricLogged:
 @dataclass(frozen=True)
 class ProgressUpdate:
     rank: int
-    step: int  # steps done so far (1-based count)
-    total: int | None  # total steps when known
+    step: int  # batches done so far in this epoch (1-based count)
+    total: int | None  # batches in this epoch when known
     time: float
+    epoch: int | None = None
 
 
 @dataclass(frozen=True)
