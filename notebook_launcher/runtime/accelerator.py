@@ -1,0 +1,441 @@
+"""Accelerator: HuggingFace Accelerate's training API, as a thin facade over strategy objects.
+
+`Accelerator()` with no arguments reads the launch config from the environment (set by
+notebook_launch, the CLI, or nothing at all for a plain single process); explicit arguments win.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from ..config import LaunchConfig, config_from_env
+from ..errors import AcceleratorError, ConfigError
+from . import checkpoint, ops, telemetry
+from .data import DataLoaderShard, GradientState
+from .kwargs import (
+    AutocastKwargs,
+    DistributedDataParallelKwargs,
+    DistributedType,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+)
+from .precision import Precision
+from .process_api import ProcessAPI
+from .seed import set_seed
+from .state import get_state, reset_state
+from .strategies import strategy_class
+from .wrappers import AcceleratedOptimizer, AcceleratedScheduler
+
+
+class Accelerator(ProcessAPI):
+    """Prepare model/optimizer/data for the launch's strategy and precision; same API as Accelerate."""
+
+    def __init__(
+        self,
+        device_placement: bool = True,
+        split_batches: bool = False,
+        mixed_precision: str | None = None,
+        gradient_accumulation_steps: int | None = None,
+        cpu: bool = False,
+        even_batches: bool = True,
+        step_scheduler_with_optimizer: bool = True,
+        project_dir: str | os.PathLike[str] | None = None,
+        kwargs_handlers: list[Any] | None = None,
+        log_with: Any = None,
+        rng_types: Any = None,
+        dataloader_config: Any = None,
+    ) -> None:
+        self.config = _resolve_config(mixed_precision, gradient_accumulation_steps, cpu)
+        if log_with not in (None, [], ()):
+            raise AcceleratorError(
+                f"log_with={log_with!r}: external trackers are not supported; accelerator.log() sends metrics "
+                "to the notebook (RunView, result.metrics) without any tracker."
+            )
+        handlers = _index_handlers(kwargs_handlers or [])
+        pg = handlers.get(InitProcessGroupKwargs)
+        self.state = get_state(self.config, cpu=cpu, timeout=pg.timeout if pg else None)
+        if dataloader_config is not None:
+            split_batches = getattr(dataloader_config, "split_batches", split_batches)
+            even_batches = getattr(dataloader_config, "even_batches", even_batches)
+        self.device_placement = device_placement
+        self.split_batches = split_batches
+        self.even_batches = even_batches
+        self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
+        self.project_dir = str(project_dir) if project_dir is not None else None
+        self.save_iteration = 0
+        self.gradient_state = GradientState(num_steps=self.config.gradient_accumulation_steps)
+        self._step = 0
+        scaler = handlers.get(GradScalerKwargs)
+        autocast = handlers.get(AutocastKwargs)
+        self.precision = Precision(
+            self.config.mixed_precision,
+            self.state.device,
+            scaler_kwargs=scaler.to_kwargs() if scaler else None,
+            autocast_kwargs=autocast.to_kwargs() if autocast else None,
+        )
+        ddp = handlers.get(DistributedDataParallelKwargs)
+        self._distributed_type = _resolve_distributed_type(self.config, self.state)
+        self.strategy = strategy_class(self._distributed_type.value)(
+            self.state, self.config, self.precision, ddp_kwargs=ddp.to_kwargs() if ddp else None
+        )
+        self._models: list[nn.Module] = []
+        self._optimizers: list[AcceleratedOptimizer] = []
+        self._schedulers: list[AcceleratedScheduler] = []
+        self._dataloaders: list[DataLoaderShard] = []
+        self._custom_objects: list[Any] = []
+        self._prepared_ids: set[int] = set()
+        if self.config.seed is not None:
+            set_seed(self.config.seed)
+
+    # ------------------------------------------------------------ properties
+    @property
+    def distributed_type(self) -> DistributedType:
+        return self._distributed_type
+
+    @property
+    def mixed_precision(self) -> str:
+        return self.config.mixed_precision
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        return self.gradient_state.num_steps
+
+    @gradient_accumulation_steps.setter
+    def gradient_accumulation_steps(self, steps: int) -> None:
+        self.gradient_state.num_steps = steps
+
+    @property
+    def sync_gradients(self) -> bool:
+        return self.gradient_state.sync_gradients
+
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        """True when the last optimizer step was skipped (fp16 overflow); schedulers did not step."""
+        return any(opt.step_was_skipped for opt in self._optimizers)
+
+    @property
+    def scaler(self) -> torch.amp.GradScaler | None:
+        return self.precision.scaler
+
+    # --------------------------------------------------------------- prepare
+    def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
+        """Wrap models, optimizers, data loaders, schedulers (any order); other objects pass through."""
+        if device_placement is not None and len(device_placement) != len(args):
+            raise AcceleratorError(
+                f"device_placement has {len(device_placement)} entries for {len(args)} objects; give one per object."
+            )
+        placements = device_placement or [self.device_placement] * len(args)
+        for obj in args:
+            if id(obj) in self._prepared_ids:
+                raise AcceleratorError(
+                    f"{type(obj).__name__} was already prepared by this Accelerator; call prepare() once per "
+                    "object and use the returned one."
+                )
+        result: list[Any] = list(args)
+        order = (nn.Module, torch.optim.Optimizer, DataLoader, _is_scheduler)
+        for kind in order:
+            for i, obj in enumerate(args):
+                if _matches(obj, kind):
+                    result[i] = self._prepare_one(obj, placements[i])
+        return result[0] if len(result) == 1 else tuple(result)
+
+    def _prepare_one(self, obj: Any, placement: bool) -> Any:
+        if isinstance(obj, nn.Module):
+            return self.prepare_model(obj, device_placement=placement)
+        if isinstance(obj, torch.optim.Optimizer):
+            return self.prepare_optimizer(obj)
+        if isinstance(obj, DataLoader):
+            return self.prepare_data_loader(obj, device_placement=placement)
+        return self.prepare_scheduler(obj)
+
+    def prepare_model(self, model: nn.Module, device_placement: bool | None = None, evaluation_mode: bool = False):
+        """Place and wrap one model (DDP, FSDP, ...); a module without trainable weights is only placed."""
+        if id(model) in self._prepared_ids:
+            raise AcceleratorError(f"{type(model).__name__} was already prepared; use the object prepare() returned.")
+        placement = self.device_placement if device_placement is None else device_placement
+        self._prepared_ids.add(id(model))
+        trainable = any(p.requires_grad for p in model.parameters())
+        if not trainable or evaluation_mode:
+            model = model.to(self.device) if placement else model
+            self.precision.wrap_forward(model)
+        else:
+            model = self.strategy.wrap_model(model, device_placement=placement)
+            self._models.append(model)
+        self._prepared_ids.add(id(model))
+        return model
+
+    def prepare_optimizer(self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None):
+        if id(optimizer) in self._prepared_ids:
+            raise AcceleratorError("This optimizer was already prepared; use the object prepare() returned.")
+        self._prepared_ids.add(id(optimizer))
+        inner = self.strategy.prepare_optimizer(optimizer, self._models)
+        wrapped = AcceleratedOptimizer(inner, self.precision, self.gradient_state)
+        self._optimizers.append(wrapped)
+        self._prepared_ids.add(id(wrapped))
+        return wrapped
+
+    def prepare_scheduler(self, scheduler: Any):
+        self._prepared_ids.add(id(scheduler))
+        mine = [o for o in self._optimizers if o.optimizer is scheduler.optimizer or o is scheduler.optimizer]
+        wrapped = AcceleratedScheduler(
+            scheduler,
+            mine or self._optimizers,
+            self.gradient_state,
+            num_processes=self.num_processes,
+            split_batches=self.split_batches,
+            step_with_optimizer=self.step_scheduler_with_optimizer,
+        )
+        self._schedulers.append(wrapped)
+        return wrapped
+
+    def prepare_data_loader(self, data_loader: DataLoader, device_placement: bool | None = None) -> DataLoaderShard:
+        """Shard a DataLoader over the processes, shuffle alike on every rank, move batches to device."""
+        self._prepared_ids.add(id(data_loader))
+        placement = self.device_placement if device_placement is None else device_placement
+        seed = self.config.seed if self.config.seed is not None else torch.initial_seed() % 2**31
+        seed = ops.broadcast_object_list([seed])[0]
+        loader = DataLoaderShard(
+            data_loader,
+            rank=self.process_index,
+            world_size=self.num_processes,
+            device=self.device if placement else None,
+            gradient_state=self.gradient_state,
+            split_batches=self.split_batches,
+            even_batches=self.even_batches,
+            seed=int(seed),
+        )
+        self._dataloaders.append(loader)
+        return loader
+
+    # -------------------------------------------------------------- training
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """loss.backward() with accumulation scaling, the fp16 loss scaler and the strategy's sync."""
+        if not self._models:
+            raise AcceleratorError(
+                "accelerator.backward() was called before any model was prepared; call "
+                "`model, optimizer, ... = accelerator.prepare(model, optimizer, ...)` first."
+            )
+        if self.gradient_state.num_steps > 1:
+            loss = loss / self.gradient_state.num_steps
+        self.strategy.backward(loss, **kwargs)
+
+    def _do_sync(self) -> None:
+        state = self.gradient_state
+        if state.end_of_dataloader:
+            self._step = 0
+            state.sync_gradients = True
+        else:
+            self._step += 1
+            state.sync_gradients = self._step % state.num_steps == 0
+
+    @contextlib.contextmanager
+    def accumulate(self, *models: nn.Module) -> Iterator[None]:
+        """Accumulate gradients over gradient_accumulation_steps batches; sync and step on the last."""
+        self._do_sync()
+        with contextlib.ExitStack() as stack:
+            if not self.gradient_state.sync_gradients:
+                for model in models or self._models:
+                    stack.enter_context(self.strategy.no_sync(model))
+            yield
+
+    @contextlib.contextmanager
+    def no_sync(self, model: nn.Module) -> Iterator[None]:
+        with self.strategy.no_sync(model):
+            yield
+
+    @contextlib.contextmanager
+    def autocast(self, autocast_handler: AutocastKwargs | None = None) -> Iterator[None]:
+        overrides = autocast_handler.to_kwargs() if autocast_handler else {}
+        with self.precision.autocast(**overrides):
+            yield
+
+    def unscale_gradients(self, optimizer: Any = None) -> None:
+        for opt in [optimizer] if optimizer is not None else self._optimizers:
+            self.precision.unscale_(getattr(opt, "optimizer", opt))
+
+    def clip_grad_norm_(self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0):
+        """Clip the (unscaled, synchronised) gradient norm; returns the total norm before clipping."""
+        self.unscale_gradients()
+        return self.strategy.clip_grad_norm_(parameters, max_norm, norm_type)
+
+    def clip_grad_value_(self, parameters: Iterable[torch.Tensor], clip_value: float) -> None:
+        self.unscale_gradients()
+        torch.nn.utils.clip_grad_value_(list(parameters), clip_value)
+
+    # --------------------------------------------------------------- metrics
+    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
+        """Gather for evaluation, dropping the samples even_batches repeated to fill the last round."""
+        tensors_only = _all_tensors(input_data)
+        data = ops.gather(input_data) if tensors_only and not use_gather_object else ops.gather_object(input_data)
+        state = self.gradient_state
+        if not state.end_of_dataloader or state.remainder < 0:
+            return data
+        keep = state.remainder
+        if isinstance(data, list) and not tensors_only:
+            return data[:keep]
+        return ops.recursively_apply(lambda t: t[:keep], data)
+
+    def log(self, values: dict[str, Any], step: int | None = None, log_kwargs: dict | None = None) -> None:
+        """Send metrics to the notebook (live chart, result.metrics); cheap, no collective."""
+        if not telemetry.has_sink():
+            return
+        clean = {k: (v.item() if isinstance(v, torch.Tensor) and v.numel() == 1 else v) for k, v in values.items()}
+        telemetry.emit("metric", step=step, values=clean)
+
+    def init_trackers(self, project_name: str, config: dict | None = None, init_kwargs: dict | None = None) -> None:
+        """Accepted for Accelerate compatibility; metrics go to the notebook through log()."""
+
+    # ------------------------------------------------------ models and saving
+    def unwrap_model(self, model: nn.Module, keep_fp32_wrapper: bool = True) -> nn.Module:
+        inner = self.strategy.unwrap_model(model)
+        if not keep_fp32_wrapper:
+            Precision.unwrap_forward(inner)
+        return inner
+
+    def get_state_dict(self, model: nn.Module, unwrap: bool = True) -> dict[str, torch.Tensor]:
+        return self.strategy.model_state_dict(model)
+
+    def save(self, obj: Any, f: str | os.PathLike[str], safe_serialization: bool = False) -> None:
+        """torch.save on the main process only (atomic: write then rename)."""
+        if self.is_main_process:
+            path = Path(f)
+            tmp = path.with_name(f".{path.name}.tmp")
+            torch.save(obj, tmp)
+            os.replace(tmp, path)
+
+    def save_model(self, model: nn.Module, save_directory: str | os.PathLike[str], **_: Any) -> Path:
+        """Save the full (unwrapped, unsharded) weights as pytorch_model.bin in save_directory."""
+        state = self.get_state_dict(model)
+        folder = Path(save_directory)
+        if self.is_main_process:
+            folder.mkdir(parents=True, exist_ok=True)
+            self.save(state, folder / "pytorch_model.bin")
+        self.wait_for_everyone()
+        return folder / "pytorch_model.bin"
+
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        """Include objects with state_dict()/load_state_dict() in save_state and load_state."""
+        for obj in objects:
+            if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
+                raise AcceleratorError(
+                    f"{type(obj).__name__} cannot be checkpointed: it needs state_dict() and load_state_dict()."
+                )
+        self._custom_objects.extend(objects)
+
+    def save_state(self, output_dir: str | os.PathLike[str] | None = None, **_: Any) -> Path:
+        """Save models, optimizers, schedulers, scaler, RNG, loader positions and registered objects."""
+        if output_dir is None:
+            output_dir = self._auto_checkpoint_dir(self.save_iteration)
+        path = checkpoint.save_state(self, output_dir)
+        self.save_iteration += 1
+        return path
+
+    def load_state(self, input_dir: str | os.PathLike[str] | None = None, **_: Any) -> None:
+        if input_dir is None:
+            existing = sorted(Path(self._auto_checkpoint_dir(0)).parent.glob("checkpoint_*"), key=_ckpt_number)
+            if not existing:
+                raise AcceleratorError(f"No checkpoint found under {self.project_dir}/checkpoints.")
+            input_dir = existing[-1]
+            self.save_iteration = _ckpt_number(input_dir) + 1
+        checkpoint.load_state(self, input_dir)
+
+    def _auto_checkpoint_dir(self, iteration: int) -> Path:
+        if self.project_dir is None:
+            raise AcceleratorError("save_state()/load_state() without a folder need Accelerator(project_dir=...).")
+        return Path(self.project_dir) / "checkpoints" / f"checkpoint_{iteration}"
+
+    def free_memory(self, *objects: Any) -> list[None]:
+        """Drop references to prepared objects and release cached memory."""
+        for bucket in (self._models, self._optimizers, self._schedulers, self._dataloaders, self._custom_objects):
+            bucket.clear()
+        self._prepared_ids.clear()
+        gc.collect()
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+        return [None] * len(objects)
+
+    clear = free_memory
+
+    def end_training(self) -> None:
+        """Wait for every process, then tear down the process group so the worker can exit cleanly."""
+        self.wait_for_everyone()
+        reset_state()
+
+
+def _resolve_config(mixed_precision: str | None, accumulation: int | None, cpu: bool) -> LaunchConfig:
+    base = config_from_env() or LaunchConfig()
+    overrides: dict[str, Any] = {"mixed_precision": mixed_precision, "gradient_accumulation_steps": accumulation}
+    if cpu:
+        overrides["use_cpu"] = True
+    for name, value in (("mixed_precision", mixed_precision), ("gradient_accumulation_steps", accumulation)):
+        if value is not None and not isinstance(value, (str, int)):
+            raise ConfigError(f"{name}={value!r} has the wrong type.")
+    return base.replace(**overrides)
+
+
+def _resolve_distributed_type(config: LaunchConfig, state: Any) -> DistributedType:
+    if config.distributed_type in ("FSDP", "DEEPSPEED"):
+        return DistributedType(config.distributed_type)
+    if not state.is_distributed:
+        return DistributedType.NO
+    return DistributedType.MULTI_GPU if state.device.type == "cuda" else DistributedType.MULTI_CPU
+
+
+def _index_handlers(handlers: list[Any]) -> dict[type, Any]:
+    known = (DistributedDataParallelKwargs, GradScalerKwargs, AutocastKwargs, InitProcessGroupKwargs)
+    out: dict[type, Any] = {}
+    for handler in handlers:
+        kind = next((k for k in known if isinstance(handler, k)), None)
+        if kind is None:
+            raise AcceleratorError(f"Unsupported kwargs handler {handler!r}; use one of {[k.__name__ for k in known]}.")
+        if kind in out:
+            raise AcceleratorError(f"Two {kind.__name__} handlers were given; pass each kind once.")
+        out[kind] = handler
+    return out
+
+
+def _is_scheduler(obj: Any) -> bool:
+    return isinstance(obj, torch.optim.lr_scheduler.LRScheduler) or (
+        hasattr(obj, "step") and isinstance(getattr(obj, "optimizer", None), torch.optim.Optimizer)
+    )
+
+
+def _matches(obj: Any, kind: Any) -> bool:
+    if kind is _is_scheduler:
+        return not isinstance(obj, (nn.Module, torch.optim.Optimizer, DataLoader)) and _is_scheduler(obj)
+    return isinstance(obj, kind)
+
+
+def _all_tensors(data: Any) -> bool:
+    found: list[bool] = []
+
+    def visit(t: torch.Tensor) -> torch.Tensor:
+        found.append(True)
+        return t
+
+    ops.recursively_apply(visit, data)
+    leaves = _count_leaves(data)
+    return bool(found) and len(found) == leaves
+
+
+def _count_leaves(data: Any) -> int:
+    if isinstance(data, dict):
+        return sum(_count_leaves(v) for v in data.values())
+    if isinstance(data, (list, tuple)):
+        return sum(_count_leaves(v) for v in data)
+    return 1
+
+
+def _ckpt_number(path: Path) -> int:
+    tail = Path(path).name.rsplit("_", 1)[-1]
+    return int(tail) if tail.isdigit() else -1
+

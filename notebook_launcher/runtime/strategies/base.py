@@ -1,0 +1,100 @@
+"""The interface every distribution strategy implements; the Accelerator only talks to this.
+
+A strategy decides how a model is wrapped, how gradients are synchronised and how state dicts are
+taken. Adding FSDP or DeepSpeed means adding a subclass and a registry entry, nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...config import LaunchConfig
+from ..checkpoint import load_full_model_files, save_full_model_files
+from ..precision import Precision
+from ..state import ProcessState
+
+
+class Strategy:
+    """Single-device behaviour; distributed strategies override what differs."""
+
+    name = "NO"
+
+    def __init__(
+        self,
+        state: ProcessState,
+        config: LaunchConfig,
+        precision: Precision,
+        *,
+        ddp_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        self.state = state
+        self.config = config
+        self.precision = precision
+        self.ddp_kwargs = dict(ddp_kwargs or {})
+
+    # ----------------------------------------------------------------- models
+    def wrap_model(self, model: nn.Module, *, device_placement: bool = True) -> nn.Module:
+        """Place the model and wrap it for this strategy; returns what training should call."""
+        if device_placement:
+            model = model.to(self.state.device)
+        self.precision.wrap_forward(model)
+        return model
+
+    def unwrap_model(self, model: nn.Module) -> nn.Module:
+        """The user's own module inside whatever wrappers this strategy (or torch.compile) added."""
+        while True:
+            if hasattr(model, "_orig_mod"):  # torch.compile
+                model = model._orig_mod
+            elif isinstance(model, nn.parallel.DistributedDataParallel):
+                model = model.module
+            else:
+                return model
+
+    def prepare_optimizer(self, optimizer: torch.optim.Optimizer, models: list[nn.Module]) -> Any:
+        return optimizer
+
+    # --------------------------------------------------------------- training
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        self.precision.scale_loss(loss).backward(**kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self, model: nn.Module) -> Iterator[None]:
+        """Skip gradient synchronisation inside the block (accumulation steps)."""
+        yield
+
+    def clip_grad_norm_(self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0):
+        return torch.nn.utils.clip_grad_norm_(list(parameters), max_norm, norm_type=norm_type)
+
+    # ------------------------------------------------------------ state dicts
+    def model_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """A full state dict of the unwrapped model (on every rank)."""
+        return self.unwrap_model(model).state_dict()
+
+    def load_model_state_dict(self, model: nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
+        self.unwrap_model(model).load_state_dict(state_dict)
+
+    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer, model: nn.Module | None) -> dict[str, Any]:
+        return optimizer.state_dict()
+
+    def load_optimizer_state_dict(
+        self, optimizer: torch.optim.Optimizer, model: nn.Module | None, state_dict: dict[str, Any]
+    ) -> None:
+        optimizer.load_state_dict(state_dict)
+
+    def save_training_state(self, folder: Path, models: list[nn.Module], optimizers: list[Any]) -> None:
+        """Write model and optimizer state into a checkpoint folder (called on every rank)."""
+        save_full_model_files(folder, models, optimizers, self, self.state.is_main_process)
+
+    def load_training_state(self, folder: Path, models: list[nn.Module], optimizers: list[Any]) -> None:
+        load_full_model_files(folder, models, optimizers, self)
+
+    @property
+    def saves_on_every_rank(self) -> bool:
+        """True when each rank writes its own model/optimizer files (sharded strategies)."""
+        return False
