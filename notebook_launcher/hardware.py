@@ -67,7 +67,9 @@ class HardwareInfo:
             "no": None,
             "fp16": None,
             "bf16": None if self.bf16_supported else "bf16 needs a GPU of compute capability 8.0+ (Ampere)",
-            "fp8": None if self.fp8_supported else "fp8 needs a CUDA GPU of compute capability 8.9+ (Ada/Hopper)",
+            "fp8": None
+            if self.fp8_supported
+            else "fp8 needs a CUDA GPU of compute capability 8.9+ (Ada/Hopper)",
         }
 
 

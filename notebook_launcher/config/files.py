@@ -29,7 +29,9 @@ def load_config(path: str | os.PathLike[str]) -> LaunchConfig:
     """Load a YAML or JSON config file; every problem is a ConfigError naming the file."""
     path = Path(path).expanduser()
     if not path.is_file():
-        raise ConfigError(f"Config file {str(path)!r} does not exist. Create one with `notebook-launcher config`.")
+        raise ConfigError(
+            f"Config file {str(path)!r} does not exist. Create one with `notebook-launcher config`."
+        )
     text = path.read_text()
     data = _parse(text, path)
     if data is None:
@@ -42,7 +44,9 @@ def _parse(text: str, path: Path) -> object:
         try:
             return json.loads(text)
         except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}.") from None
+            raise ConfigError(
+                f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}."
+            ) from None
     import yaml
 
     try:

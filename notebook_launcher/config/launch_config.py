@@ -59,7 +59,9 @@ class LaunchConfig:
         if isinstance(self.fsdp_config, dict):
             self.fsdp_config = _section_from_dict(FSDPConfig, self.fsdp_config, "fsdp_config")
         if isinstance(self.deepspeed_config, dict):
-            self.deepspeed_config = _section_from_dict(DeepSpeedConfig, self.deepspeed_config, "deepspeed_config")
+            self.deepspeed_config = _section_from_dict(
+                DeepSpeedConfig, self.deepspeed_config, "deepspeed_config"
+            )
         self.validate()
 
     # ---------------------------------------------------------------- validation
@@ -127,7 +129,10 @@ class LaunchConfig:
             elif key in INERT_KEYS:
                 _check_inert(key, value, source)
             else:
-                hint = closest(key, sorted(known | set(INERT_KEYS))) or f" Valid keys: {', '.join(sorted(known))}."
+                hint = (
+                    closest(key, sorted(known | set(INERT_KEYS)))
+                    or f" Valid keys: {', '.join(sorted(known))}."
+                )
                 raise ConfigError(f"Unknown key {key!r} in {source}.{hint}")
         return cls(**kwargs)
 

@@ -50,7 +50,9 @@ class FSDPConfig:
         if self.fsdp_auto_wrap_policy is not None:
             self.fsdp_auto_wrap_policy = str(self.fsdp_auto_wrap_policy).upper()
             if self.fsdp_auto_wrap_policy not in FSDP_WRAP_POLICIES:
-                raise bad_value("fsdp_config.fsdp_auto_wrap_policy", self.fsdp_auto_wrap_policy, FSDP_WRAP_POLICIES)
+                raise bad_value(
+                    "fsdp_config.fsdp_auto_wrap_policy", self.fsdp_auto_wrap_policy, FSDP_WRAP_POLICIES
+                )
         if self.fsdp_auto_wrap_policy == "TRANSFORMER_BASED_WRAP" and not self.layer_classes():
             raise ConfigError(
                 "fsdp_config.fsdp_auto_wrap_policy=TRANSFORMER_BASED_WRAP needs "
@@ -60,7 +62,9 @@ class FSDPConfig:
             raise ConfigError(f"fsdp_config.fsdp_min_num_params={self.fsdp_min_num_params!r} must be >= 0.")
         self.fsdp_state_dict_type = str(self.fsdp_state_dict_type).upper()
         if self.fsdp_state_dict_type not in FSDP_STATE_DICT_TYPES:
-            raise bad_value("fsdp_config.fsdp_state_dict_type", self.fsdp_state_dict_type, FSDP_STATE_DICT_TYPES)
+            raise bad_value(
+                "fsdp_config.fsdp_state_dict_type", self.fsdp_state_dict_type, FSDP_STATE_DICT_TYPES
+            )
         if self.fsdp_backward_prefetch is not None:
             self.fsdp_backward_prefetch = str(self.fsdp_backward_prefetch).upper()
             if self.fsdp_backward_prefetch not in FSDP_BACKWARD_PREFETCH:

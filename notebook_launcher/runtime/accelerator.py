@@ -157,10 +157,14 @@ class Accelerator(ProcessAPI):
             return self.prepare_data_loader(obj, device_placement=placement)
         return self.prepare_scheduler(obj)
 
-    def prepare_model(self, model: nn.Module, device_placement: bool | None = None, evaluation_mode: bool = False):
+    def prepare_model(
+        self, model: nn.Module, device_placement: bool | None = None, evaluation_mode: bool = False
+    ):
         """Place and wrap one model (DDP, FSDP, ...); a module without trainable weights is only placed."""
         if id(model) in self._prepared_ids:
-            raise AcceleratorError(f"{type(model).__name__} was already prepared; use the object prepare() returned.")
+            raise AcceleratorError(
+                f"{type(model).__name__} was already prepared; use the object prepare() returned."
+            )
         placement = self.device_placement if device_placement is None else device_placement
         self._prepared_ids.add(id(model))
         trainable = any(p.requires_grad for p in model.parameters())
@@ -197,7 +201,9 @@ class Accelerator(ProcessAPI):
         self._schedulers.append(wrapped)
         return wrapped
 
-    def prepare_data_loader(self, data_loader: DataLoader, device_placement: bool | None = None) -> DataLoaderShard:
+    def prepare_data_loader(
+        self, data_loader: DataLoader, device_placement: bool | None = None
+    ) -> DataLoaderShard:
         """Shard a DataLoader over the processes, shuffle alike on every rank, move batches to device."""
         self._prepared_ids.add(id(data_loader))
         placement = self.device_placement if device_placement is None else device_placement
@@ -275,7 +281,11 @@ class Accelerator(ProcessAPI):
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
         """Gather for evaluation, dropping the samples even_batches repeated to fill the last round."""
         tensors_only = _all_tensors(input_data)
-        data = ops.gather(input_data) if tensors_only and not use_gather_object else ops.gather_object(input_data)
+        data = (
+            ops.gather(input_data)
+            if tensors_only and not use_gather_object
+            else ops.gather_object(input_data)
+        )
         state = self.gradient_state
         if not state.end_of_dataloader or state.remainder < 0:
             return data
@@ -288,10 +298,14 @@ class Accelerator(ProcessAPI):
         """Send metrics to the notebook (live chart, result.metrics); cheap, no collective."""
         if not telemetry.has_sink():
             return
-        clean = {k: (v.item() if isinstance(v, torch.Tensor) and v.numel() == 1 else v) for k, v in values.items()}
+        clean = {
+            k: (v.item() if isinstance(v, torch.Tensor) and v.numel() == 1 else v) for k, v in values.items()
+        }
         telemetry.emit("metric", step=step, values=clean)
 
-    def init_trackers(self, project_name: str, config: dict | None = None, init_kwargs: dict | None = None) -> None:
+    def init_trackers(
+        self, project_name: str, config: dict | None = None, init_kwargs: dict | None = None
+    ) -> None:
         """Accepted for Accelerate compatibility; metrics go to the notebook through log()."""
 
     # ------------------------------------------------------ models and saving
@@ -341,7 +355,9 @@ class Accelerator(ProcessAPI):
 
     def load_state(self, input_dir: str | os.PathLike[str] | None = None, **_: Any) -> None:
         if input_dir is None:
-            existing = sorted(Path(self._auto_checkpoint_dir(0)).parent.glob("checkpoint_*"), key=_ckpt_number)
+            existing = sorted(
+                Path(self._auto_checkpoint_dir(0)).parent.glob("checkpoint_*"), key=_ckpt_number
+            )
             if not existing:
                 raise AcceleratorError(f"No checkpoint found under {self.project_dir}/checkpoints.")
             input_dir = existing[-1]
@@ -350,12 +366,20 @@ class Accelerator(ProcessAPI):
 
     def _auto_checkpoint_dir(self, iteration: int) -> Path:
         if self.project_dir is None:
-            raise AcceleratorError("save_state()/load_state() without a folder need Accelerator(project_dir=...).")
+            raise AcceleratorError(
+                "save_state()/load_state() without a folder need Accelerator(project_dir=...)."
+            )
         return Path(self.project_dir) / "checkpoints" / f"checkpoint_{iteration}"
 
     def free_memory(self, *objects: Any) -> list[None]:
         """Drop references to prepared objects and release cached memory."""
-        for bucket in (self._models, self._optimizers, self._schedulers, self._dataloaders, self._custom_objects):
+        for bucket in (
+            self._models,
+            self._optimizers,
+            self._schedulers,
+            self._dataloaders,
+            self._custom_objects,
+        ):
             bucket.clear()
         self._prepared_ids.clear()
         gc.collect()
@@ -373,7 +397,10 @@ class Accelerator(ProcessAPI):
 
 def _resolve_config(mixed_precision: str | None, accumulation: int | None, cpu: bool) -> LaunchConfig:
     base = config_from_env() or LaunchConfig()
-    overrides: dict[str, Any] = {"mixed_precision": mixed_precision, "gradient_accumulation_steps": accumulation}
+    overrides: dict[str, Any] = {
+        "mixed_precision": mixed_precision,
+        "gradient_accumulation_steps": accumulation,
+    }
     if cpu:
         overrides["use_cpu"] = True
     for name, value in (("mixed_precision", mixed_precision), ("gradient_accumulation_steps", accumulation)):
@@ -396,7 +423,9 @@ def _index_handlers(handlers: list[Any]) -> dict[type, Any]:
     for handler in handlers:
         kind = next((k for k in known if isinstance(handler, k)), None)
         if kind is None:
-            raise AcceleratorError(f"Unsupported kwargs handler {handler!r}; use one of {[k.__name__ for k in known]}.")
+            raise AcceleratorError(
+                f"Unsupported kwargs handler {handler!r}; use one of {[k.__name__ for k in known]}."
+            )
         if kind in out:
             raise AcceleratorError(f"Two {kind.__name__} handlers were given; pass each kind once.")
         out[kind] = handler
@@ -438,4 +467,3 @@ def _count_leaves(data: Any) -> int:
 def _ckpt_number(path: Path) -> int:
     tail = Path(path).name.rsplit("_", 1)[-1]
     return int(tail) if tail.isdigit() else -1
-

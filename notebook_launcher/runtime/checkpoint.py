@@ -99,7 +99,9 @@ def load_state(acc: Accelerator, input_dir: str | os.PathLike[str]) -> None:
     """Restore what save_state wrote: weights, optimizers, schedulers, scaler, loaders, RNG, objects."""
     folder = Path(input_dir).expanduser().resolve()
     if not folder.is_dir():
-        raise AcceleratorError(f"Checkpoint folder {str(folder)!r} does not exist; pass the folder save_state wrote.")
+        raise AcceleratorError(
+            f"Checkpoint folder {str(folder)!r} does not exist; pass the folder save_state wrote."
+        )
     acc.strategy.load_training_state(folder, acc._models, acc._optimizers)
     for i, scheduler in enumerate(acc._schedulers):
         scheduler.load_state_dict(torch.load(folder / _name("scheduler", i, "bin"), weights_only=False))

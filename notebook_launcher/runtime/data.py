@@ -102,7 +102,10 @@ class DataLoaderShard:
             base = batch_sampler.sampler
             generator = torch.Generator().manual_seed(self.seed + epoch)
             sampler = RandomSampler(
-                base.data_source, replacement=base.replacement, num_samples=base._num_samples, generator=generator
+                base.data_source,
+                replacement=base.replacement,
+                num_samples=base._num_samples,
+                generator=generator,
             )
             batch_sampler = BatchSampler(sampler, batch_sampler.batch_size, batch_sampler.drop_last)
         else:
@@ -177,7 +180,11 @@ class DataLoaderShard:
     def _mark_position(self, is_last: bool, plan: ShardPlan) -> None:
         state = self.gradient_state
         state.end_of_dataloader = is_last
-        padded = is_last and plan.last_round_real is not None and plan.last_round_real < (plan.last_round_size or 0)
+        padded = (
+            is_last
+            and plan.last_round_real is not None
+            and plan.last_round_real < (plan.last_round_size or 0)
+        )
         state.remainder = plan.last_round_real if padded else -1
         state.round_size = plan.last_round_size if padded else -1
 

@@ -26,7 +26,11 @@ class KwargsHandler:
 
     def to_kwargs(self) -> dict[str, Any]:
         default = type(self)()
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != getattr(default, f.name)}
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if getattr(self, f.name) != getattr(default, f.name)
+        }
 
 
 @dataclass

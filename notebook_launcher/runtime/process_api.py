@@ -122,7 +122,9 @@ class ProcessAPI:
     def broadcast(self, tensor: Any, from_process: int = 0) -> Any:
         return ops.broadcast(tensor, from_process)
 
-    def pad_across_processes(self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
+    def pad_across_processes(
+        self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False
+    ) -> Any:
         return ops.pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
 
 

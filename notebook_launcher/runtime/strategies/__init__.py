@@ -30,7 +30,9 @@ def strategy_class(distributed_type: str) -> type[Strategy]:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.startswith("notebook_launcher"):
-            raise ConfigError(f"distributed_type={distributed_type!r} is not available in this version yet.") from None
+            raise ConfigError(
+                f"distributed_type={distributed_type!r} is not available in this version yet."
+            ) from None
         raise
     return getattr(module, class_name)
 

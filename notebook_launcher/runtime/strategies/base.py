@@ -79,7 +79,9 @@ class Strategy:
     def load_model_state_dict(self, model: nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
         self.unwrap_model(model).load_state_dict(state_dict)
 
-    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer, model: nn.Module | None) -> dict[str, Any]:
+    def optimizer_state_dict(
+        self, optimizer: torch.optim.Optimizer, model: nn.Module | None
+    ) -> dict[str, Any]:
         return optimizer.state_dict()
 
     def load_optimizer_state_dict(
