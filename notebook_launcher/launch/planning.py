@@ -1,0 +1,172 @@
+"""Decisions made before any worker starts: config, process count, start method, ports, env.
+
+Nothing here changes the caller's process: no os.environ writes, no signal handlers, no CUDA.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from ..config import LaunchConfig, resolve_config, worker_env
+from ..errors import ConfigError
+from .worker import WorkerSpec
+
+START_METHODS = ("auto", "fork", "spawn", "forkserver")
+DEFAULT_PORT = 29500
+
+
+def build_config(config: Any, overrides: dict[str, Any]) -> LaunchConfig:
+    """Explicit keyword arguments > the given config > the default config file > defaults."""
+    base = resolve_config(config)
+    return base.replace(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def count_processes(requested: int | None, config: LaunchConfig, say: Callable[[str], None]) -> int:
+    """Processes per machine: the argument, else the config's total / machines, else GPUs or 2 CPUs."""
+    if requested is not None:
+        if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
+            raise ConfigError(
+                f"num_processes={requested!r} must be a positive integer (processes on this machine)."
+            )
+        return requested
+    if config.num_processes is not None:
+        return config.num_processes // config.num_machines
+    from ..hardware import detect
+
+    gpus = 0 if config.use_cpu else detect().cuda_device_count
+    if gpus:
+        say(f"notebook_launch: num_processes not given; using {gpus} processes, one per GPU.")
+        return gpus
+    say("notebook_launch: num_processes not given and no GPU found; using 2 CPU processes.")
+    return 2
+
+
+def choose_start_method(requested: str) -> tuple[str, str | None]:
+    """Return (method, note). Fork is used on Linux unless this process already initialised CUDA."""
+    if requested not in START_METHODS:
+        raise ConfigError(f"start_method={requested!r} is not valid; choose one of {', '.join(START_METHODS)}.")
+    from ..hardware import cuda_initialized
+
+    unsafe = None
+    if cuda_initialized():
+        unsafe = "this kernel has already initialised CUDA"
+    elif not sys.platform.startswith("linux"):
+        unsafe = f"fork is not safe on {sys.platform}"
+    if requested == "fork" and unsafe:
+        raise ConfigError(
+            f"start_method='fork' cannot be used: {unsafe}, and forked workers would crash when they touch the "
+            "GPU. Use start_method='auto' (or 'spawn'): the function is then sent to fresh processes with "
+            "cloudpickle, no kernel restart needed."
+        )
+    if requested != "auto":
+        return requested, None
+    if unsafe:
+        return "spawn", f"notebook_launch: {unsafe}; starting workers with spawn (function sent with cloudpickle)."
+    return "fork", None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS says is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def check_port_free(port: int) -> None:
+    """Fail early, with the fix, when the rendezvous port is taken (instead of a hang or a torch trace)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("", port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise ConfigError(
+                    f"master_port={port} is already in use on this machine. Pass another master_port, or leave "
+                    "it unset on a single machine to get a free one."
+                ) from None
+            raise
+
+
+def rendezvous(config: LaunchConfig, num_machines: int) -> tuple[str, int]:
+    """(master address, master port) for this launch."""
+    if num_machines == 1:
+        addr = config.main_process_ip or "127.0.0.1"
+        port = config.main_process_port
+        if not port:
+            return addr, free_port()
+        check_port_free(port)
+        return addr, port
+    if not config.main_process_ip:
+        raise ConfigError(
+            "A launch over several machines needs master_addr (main_process_ip): the address of the machine "
+            "with node_rank 0, reachable from every machine."
+        )
+    port = config.main_process_port or DEFAULT_PORT
+    if config.machine_rank == 0:
+        check_port_free(port)
+    return config.main_process_ip, port
+
+
+def make_specs(
+    config: LaunchConfig,
+    nproc: int,
+    master: tuple[str, int],
+    payload: bytes | None,
+    extra_env: dict[str, str] | None = None,
+) -> list[WorkerSpec]:
+    """One WorkerSpec per local rank, each with the full env contract."""
+    import os
+
+    from ..hardware import cpu_count
+
+    world = nproc * config.num_machines
+    threads = None if "OMP_NUM_THREADS" in os.environ else max(1, cpu_count() // nproc)
+    specs = []
+    for local_rank in range(nproc):
+        rank = config.machine_rank * nproc + local_rank
+        env = worker_env(
+            rank=rank,
+            local_rank=local_rank,
+            world_size=world,
+            local_world_size=nproc,
+            group_rank=config.machine_rank,
+            master_addr=master[0],
+            master_port=master[1],
+            config=config,
+        )
+        if threads is not None:
+            env["OMP_NUM_THREADS"] = str(threads)
+        if config.gpu_ids and config.gpu_ids != "all":
+            env["CUDA_VISIBLE_DEVICES"] = config.gpu_ids
+        env.update(extra_env or {})
+        specs.append(WorkerSpec(rank=rank, env=env, payload=payload, threads=threads))
+    return specs
+
+
+def pickle_target(fn: Any, args: tuple, kwargs: dict) -> bytes:
+    """cloudpickle (fn, args, kwargs) by value; name the object that cannot be pickled."""
+    import cloudpickle
+
+    try:
+        return cloudpickle.dumps((fn, args, kwargs))
+    except Exception as exc:
+        culprit = _find_unpicklable({"fn": fn, **{f"args[{i}]": a for i, a in enumerate(args)}, **kwargs})
+        where = f" The problem is {culprit}." if culprit else ""
+        raise ConfigError(
+            f"The function and its arguments must be picklable to start workers with spawn: {exc}.{where} "
+            "Create such objects (open files, locks, CUDA tensors, database connections) inside the function."
+        ) from exc
+
+
+def _find_unpicklable(items: dict[str, Any]) -> str | None:
+    import cloudpickle
+
+    for name, value in items.items():
+        try:
+            cloudpickle.dumps(value)
+        except Exception as exc:
+            return f"{name} ({type(value).__name__}: {exc})"
+    return None

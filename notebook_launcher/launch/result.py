@@ -1,0 +1,143 @@
+"""What a launch gives back: every rank's value and output, or an error that names the culprit."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, overload
+
+from ..errors import NotebookLauncherError
+
+
+class LaunchResult(Sequence):
+    """Every local rank's return value in rank order, plus each rank's output and logged metrics.
+
+    `result[0]` is the first rank's value; `result.logs[rank]` that rank's captured stdout+stderr;
+    `result.metrics` one row per `accelerator.log()` call: {"rank", "step", "time", **values}.
+    """
+
+    def __init__(
+        self,
+        values: list[Any],
+        *,
+        ranks: list[int],
+        logs: dict[int, str],
+        metrics: list[dict[str, Any]],
+        duration: float,
+        start_method: str,
+        world_size: int,
+    ) -> None:
+        self.values = values
+        self.ranks = ranks
+        self.logs = logs
+        self.metrics = metrics
+        self.duration = duration
+        self.start_method = start_method
+        self.world_size = world_size
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Any]: ...
+    def __getitem__(self, index):
+        return self.values[index]
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __repr__(self) -> str:
+        return (
+            f"LaunchResult({self.values!r}, ranks={self.ranks}, duration={self.duration:.2f}s, "
+            f"start_method={self.start_method!r})"
+        )
+
+    def metrics_for(self, rank: int = 0) -> list[dict[str, Any]]:
+        """The metric rows one rank logged, in order."""
+        return [row for row in self.metrics if row["rank"] == rank]
+
+
+@dataclass
+class RankFailure:
+    """One rank's failure as seen by the parent."""
+
+    rank: int
+    exitcode: int | None = None
+    exc_type: str | None = None
+    message: str | None = None
+    traceback: str | None = None
+    time: float = 0.0
+    exception: BaseException | None = None
+    output_tail: str = ""
+    secondary: bool = False  # a symptom of another rank's failure (peer closed, aborted collective)
+
+    @property
+    def signal_name(self) -> str | None:
+        if self.exitcode is None or self.exitcode >= 0:
+            return None
+        import signal
+
+        try:
+            return signal.Signals(-self.exitcode).name
+        except ValueError:
+            return f"signal {-self.exitcode}"
+
+    def summary(self) -> str:
+        if self.exc_type:
+            return f"rank {self.rank} raised {self.exc_type}: {self.message}"
+        if self.signal_name:
+            return f"rank {self.rank} was killed by {self.signal_name}"
+        return f"rank {self.rank} exited with code {self.exitcode} without raising a Python exception"
+
+
+class WorkerError(NotebookLauncherError, RuntimeError):
+    """A worker failed. `.rank`, `.exitcode`, `.exc_type`, `.traceback` describe the first failure."""
+
+    def __init__(self, failure: RankFailure, others: list[RankFailure], logs: dict[int, str] | None = None):
+        self.failure = failure
+        self.others = others
+        self.rank = failure.rank
+        self.exitcode = failure.exitcode
+        self.signal = failure.signal_name
+        self.exc_type = failure.exc_type
+        self.remote_traceback = failure.traceback
+        self.traceback = failure.traceback
+        self.exception = failure.exception
+        self.logs = logs or {}
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        parts = [f"{self.failure.summary()}."]
+        if self.failure.traceback:
+            parts.append(f"\n--- traceback of rank {self.rank} ---\n{self.failure.traceback.rstrip()}")
+        elif self.failure.output_tail:
+            parts.append(f"\n--- last output of rank {self.rank} ---\n{self.failure.output_tail.rstrip()}")
+        if self.others:
+            listed = "\n".join(f"  - {o.summary()}" for o in self.others)
+            parts.append(f"\nAlso failed (probably as a consequence):\n{listed}")
+        return "\n".join(parts)
+
+
+class LaunchTimeout(NotebookLauncherError, TimeoutError):
+    """The launch ran past `timeout=`; every worker was stopped."""
+
+    def __init__(self, timeout: float, running: list[int]):
+        self.timeout = timeout
+        self.running_ranks = running
+        super().__init__(
+            f"The launch ran longer than timeout={timeout}s; ranks {running} were still running and have been "
+            "stopped. Raise timeout= or look for a rank stuck in a collective (e.g. one rank skipping a barrier)."
+        )
+
+
+class LaunchStopped(NotebookLauncherError, RuntimeError):
+    """The launch was stopped on request (Stop button or handle.stop()); every worker is gone."""
+
+
+@dataclass
+class RunRecord:
+    """Everything the supervisor collected while the run went on."""
+
+    values: dict[int, Any] = field(default_factory=dict)
+    failures: list[RankFailure] = field(default_factory=list)
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    exitcodes: dict[int, int] = field(default_factory=dict)

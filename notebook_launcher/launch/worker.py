@@ -1,0 +1,137 @@
+"""The child side of notebook_launch: set up one rank, run the user's function, report back.
+
+Imports nothing heavy at module level: under spawn the environment (thread counts, visible GPUs)
+must be in place before torch loads.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import io
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+
+@dataclass
+class WorkerSpec:
+    """What one worker needs; picklable so it also travels to spawned children."""
+
+    rank: int
+    env: dict[str, str]
+    payload: bytes | None  # cloudpickled (fn, args, kwargs) for spawn/forkserver
+    threads: int | None  # intra-op threads to use, None = leave as set by the user
+
+
+def _redirect_output(out_conn: Connection, err_conn: Connection) -> None:
+    """Point fds 1 and 2 at the parent's pipes and give Python fresh line-buffered streams."""
+    sys.stdout.flush() if sys.stdout else None
+    sys.stderr.flush() if sys.stderr else None
+    os.dup2(out_conn.fileno(), 1)
+    os.dup2(err_conn.fileno(), 2)
+    out_conn.close()
+    err_conn.close()
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
+        io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="replace", line_buffering=True
+    )
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
+        io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True
+    )
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this worker if the notebook kernel dies, so no orphan keeps a GPU."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _reset_inherited_state() -> None:
+    """A forked child inherits the kernel's runtime singletons and signal handlers: start clean."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    state_module = sys.modules.get("notebook_launcher.runtime.state")
+    if state_module is not None:
+        state_module._STATE = None
+    sys.displayhook = sys.__displayhook__  # a forked kernel's hook would talk to the kernel's sockets
+
+
+def run_worker(spec: WorkerSpec, target: Any, out_conn: Connection, err_conn: Connection, msg_conn: Connection):
+    """Entry point of every worker process (fork and spawn alike)."""
+    _redirect_output(out_conn, err_conn)
+    _die_with_parent()
+    _reset_inherited_state()
+    os.environ.update(spec.env)
+    from .channel import WorkerChannel
+
+    channel = WorkerChannel(msg_conn)
+    exit_code = 0
+    try:
+        if spec.threads is not None:
+            import torch
+
+            torch.set_num_threads(spec.threads)
+        from ..runtime import telemetry
+
+        telemetry.set_sink(channel.telemetry_sink)
+        fn, args, kwargs = target if spec.payload is None else _load_payload(spec.payload)
+        value = fn(*args, **kwargs)
+        _send_result(channel, value, spec.rank)
+    except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent
+        exit_code = 1
+        _report(channel, exc)
+    finally:
+        _flush()
+        if exit_code == 0:
+            _close_process_group()
+        msg_conn.close()
+    os._exit(exit_code)
+
+
+def _load_payload(payload: bytes) -> Any:
+    import cloudpickle
+
+    return cloudpickle.loads(payload)
+
+
+def _send_result(channel: Any, value: Any, rank: int) -> None:
+    try:
+        channel.send_result(value)
+    except Exception as exc:
+        raise TypeError(
+            f"The return value of rank {rank} ({type(value).__name__}) could not be sent back to the notebook: "
+            f"{exc}. Return plain data (tensors, numbers, dicts, lists) instead."
+        ) from exc
+
+
+def _report(channel: Any, exc: BaseException) -> None:
+    """Send the failure to the parent, which shows the traceback once and keeps it in the rank's log."""
+    try:
+        channel.send_error(exc)
+    except Exception:
+        pass
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+
+
+def _close_process_group() -> None:
+    """After a successful run, tear down a group the user left open so the process exits promptly."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:
+        pass
