@@ -50,7 +50,9 @@ def svg_chart(
     )
     parts = [head, f'<rect x="0" y="0" width="{width}" height="{height}" fill="white"/>']
     if title:
-        parts.append(f'<text x="{margin_left}" y="14" font-size="12" font-family="sans-serif">{html.escape(title)}</text>')
+        parts.append(
+            f'<text x="{margin_left}" y="14" font-size="12" font-family="sans-serif">{html.escape(title)}</text>'
+        )
     if not drawn:
         parts.append(
             f'<text x="{width / 2}" y="{height / 2}" font-size="12" text-anchor="middle" fill="#888" '

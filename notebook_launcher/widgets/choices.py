@@ -86,10 +86,11 @@ class ChoiceButtons(widgets.VBox):
                 self.value = choice
             elif not change["new"] and self.value == choice:
                 self.buttons[choice].value = True  # a radio choice cannot be switched off
+
         return handler
 
     def _reasons_html(self) -> str:
         if not self._reasons:
             return ""
         items = "; ".join(f"<b>{html.escape(str(c))}</b>: {html.escape(r)}" for c, r in self._reasons.items())
-        return f'<span class="nl-disabled-reasons" style="color:#777;font-size:90%;margin-left:154px">{items}</span>'
+        return f'<span class="nl-disabled-reasons" style="color:#777;font-size:90%">{items}</span>'

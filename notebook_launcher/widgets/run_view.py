@@ -20,7 +20,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from ..launch.events import RunFinished
+from ..launch.events import RunFinished, RunStarted
 from .chart import svg_chart
 from .kernel_pump import CommPump
 from .run_state import RunState
@@ -41,7 +41,7 @@ class RunView(widgets.VBox):
         self.stop_requested = False
         self._pending: list[Any] = []
         self._lock = threading.RLock()
-        self._last_draw = 0.0
+        self._last_draw = float("-inf")
         self._stop_callbacks: list[Callable[[], Any]] = []
         self._pump: CommPump | None = None
         self._drawn_lines: dict[int, int] = {}
@@ -57,15 +57,21 @@ class RunView(widgets.VBox):
         self.progress_label = widgets.Label("")
         self.tabs = widgets.Tab(layout=widgets.Layout(width="100%"))
         self.panes: dict[int, widgets.HTML] = {}
-        self.metric_select = widgets.Dropdown(options=[], description="metric", layout=widgets.Layout(width="220px"))
-        self.rank_select = widgets.Dropdown(options=[], description="rank", layout=widgets.Layout(width="180px"))
+        self.metric_select = widgets.Dropdown(
+            options=[], description="metric", layout=widgets.Layout(width="220px")
+        )
+        self.rank_select = widgets.Dropdown(
+            options=[], description="rank", layout=widgets.Layout(width="180px")
+        )
         self.chart = widgets.HTML(svg_chart({}))
         self.metric_select.observe(lambda _change: self._draw_chart(force=True), names="value")
         self.rank_select.observe(lambda _change: self._draw_chart(force=True), names="value")
         self._set_ranks([])
         super().__init__(
             children=[
-                widgets.HBox([self.heading, self.status, self.stop_button], layout=widgets.Layout(width="100%")),
+                widgets.HBox(
+                    [self.heading, self.status, self.stop_button], layout=widgets.Layout(width="100%")
+                ),
                 widgets.HBox([self.progress, self.progress_label]),
                 self.tabs,
                 widgets.HBox([self.metric_select, self.rank_select]),
@@ -76,11 +82,11 @@ class RunView(widgets.VBox):
 
     # -------------------------------------------------------------- observer side
     def __call__(self, event: Any) -> None:
-        """Observer: buffer one launch event; draw when due (always at the end of the run)."""
+        """Observer: buffer one launch event; draw when due (always at the start and the end)."""
         with self._lock:
             self._pending.append(event)
             due = time.monotonic() - self._last_draw >= self.refresh_interval
-            if due or isinstance(event, RunFinished):
+            if due or isinstance(event, (RunStarted, RunFinished)):
                 self.refresh()
 
     def poll(self) -> bool:
@@ -149,7 +155,9 @@ class RunView(widgets.VBox):
         self.tabs.children = [self.panes[key] for key in keys]
         self.tabs.titles = ["all ranks"] + [f"rank {rank}" for rank in ranks]
         self._drawn_lines.clear()
-        options = [(f"rank {rank}", rank) for rank in ranks] + ([("all ranks", ALL_RANKS)] if len(ranks) > 1 else [])
+        options = [(f"rank {rank}", rank) for rank in ranks] + (
+            [("all ranks", ALL_RANKS)] if len(ranks) > 1 else []
+        )
         current = self.rank_select.value
         self.rank_select.options = options or [("rank 0", 0)]
         self.rank_select.value = current if current in dict(options).values() else self.state.main_rank
@@ -164,7 +172,9 @@ class RunView(widgets.VBox):
         seen_all = state.total_lines
         if self._drawn_lines.get(ALL_RANKS) != seen_all:
             tail = list(state.all_lines)[-SHOWN_LINES:]
-            self.panes[ALL_RANKS].value = _pre([(stream, f"[rank {rank}] {text}") for rank, stream, text in tail])
+            self.panes[ALL_RANKS].value = _pre(
+                [(stream, f"[rank {rank}] {text}") for rank, stream, text in tail]
+            )
             self._drawn_lines[ALL_RANKS] = seen_all
 
     def _draw_progress(self) -> None:
@@ -190,7 +200,9 @@ class RunView(widgets.VBox):
                 current = self.metric_select.value
                 self.metric_select.options = names
                 if names:
-                    self.metric_select.value = current if current in names else ("loss" if "loss" in names else names[0])
+                    self.metric_select.value = (
+                        current if current in names else ("loss" if "loss" in names else names[0])
+                    )
             if not force and len(state.metrics) == self._drawn_metrics:
                 return
             self._drawn_metrics = len(state.metrics)
