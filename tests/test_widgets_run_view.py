@@ -199,3 +199,18 @@ def test_state_series_without_steps_and_time_format():
     state.apply(MetricLogged(0, None, {"loss": float("nan")}, 2.0))
     assert state.series("loss", 0) == [(0.0, 3.0), (1.0, 2.0)]
     assert [format_seconds(s) for s in (0.44, 59.9, 65, 3723)] == ["0.4 s", "59.9 s", "1:05", "1:02:03"]
+
+
+def test_a_failed_ranks_remote_traceback_goes_to_its_pane():
+    class FakeWorkerError(Exception):
+        rank = 1
+        remote_traceback = 'Traceback (most recent call last):\n  File "<cell>", line 3\nValueError: boom'
+
+    view = RunView(refresh_interval=0)
+    view(started(2))
+    view(RunFinished("failed", 1.0, failed_rank=1, error="rank 1 raised ValueError: boom"))
+    view.show_error(FakeWorkerError())
+    view.show_error(KeyError("no rank, no traceback: ignored"))
+    assert 'color:#c62828">ValueError: boom' in view.panes[1].value
+    assert "ValueError" not in view.panes[0].value
+    assert "failed at rank 1" in view.status.value

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -276,9 +277,13 @@ class ConfigPanel(widgets.VBox):
         config = self.config
         view = self._new_view(show_in_panel=False)
         display(view)
-        return notebook_launch(
-            fn, args, kwargs, config=config, observers=[view], poll_hooks=[view.poll], quiet=True
-        )
+        try:
+            return notebook_launch(
+                fn, args, kwargs, config=config, observers=[view], poll_hooks=[view.poll], quiet=True
+            )
+        except Exception as exc:
+            view.show_error(exc)
+            raise
 
     def start(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Start `fn` in the background (what the Launch button does); returns the RunHandle."""
@@ -290,6 +295,7 @@ class ConfigPanel(widgets.VBox):
             fn, args, kwargs, config=config, observers=[view, self._observe], quiet=True
         )
         view.attach(self.handle)
+        threading.Thread(target=self._report, args=(self.handle, view), daemon=True).start()
         self._update()
         return self.handle
 
@@ -310,6 +316,14 @@ class ConfigPanel(widgets.VBox):
     def _observe(self, event: Any) -> None:
         if isinstance(event, RunFinished):
             self.launch_button.disabled = bool(self.errors)
+
+    def _report(self, handle: Any, view: RunView) -> None:
+        """Background-run outcome into the panel: a failure's traceback goes to the rank's pane."""
+        try:
+            handle.wait()
+        except Exception as exc:
+            view.show_error(exc)
+            self._say(str(exc).splitlines()[0], error=True)
 
     def _save_clicked(self) -> None:
         try:

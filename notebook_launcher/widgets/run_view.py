@@ -20,7 +20,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from ..launch.events import RunFinished, RunStarted
+from ..launch.events import OutputLine, RunFinished, RunStarted
 from .chart import svg_chart
 from .kernel_pump import CommPump
 from .run_state import RunState
@@ -121,6 +121,17 @@ class RunView(widgets.VBox):
     def attach(self, handle: Any) -> None:
         """Make Stop stop a background launch (`start_launch`'s RunHandle)."""
         self.on_stop(handle.stop)
+
+    def show_error(self, error: BaseException) -> None:
+        """Put a failed rank's remote traceback into its pane (the status line has the summary)."""
+        rank = getattr(error, "rank", None)
+        traceback = getattr(error, "remote_traceback", None) or getattr(error, "traceback", None)
+        if not isinstance(rank, int) or not isinstance(traceback, str):
+            return
+        with self._lock:
+            for line in traceback.rstrip().splitlines():
+                self._pending.append(OutputLine(rank, "stderr", line))
+            self.refresh()
 
     # ------------------------------------------------------------------ drawing
     @property
