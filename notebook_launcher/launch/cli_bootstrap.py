@@ -1,0 +1,95 @@
+"""Worker entry of `notebook-launcher launch`: run the user's script as `python script.py` would.
+
+torch.distributed.run starts `python -u -m notebook_launcher.launch.cli_bootstrap script|module TARGET
+ARGS...` in every worker. This shim only adds one thing to running the target: when the script
+raises, it records the exception in the error file torchrun hands each worker
+(TORCHELASTIC_ERROR_FILE, written through torch's own ErrorHandler), so the launcher can name the
+failing rank and show its traceback. Plain scripts do not write that file themselves (it needs
+torch's `@record` around an entry function).
+
+The traceback is trimmed to the user's frames, printed through `sys.excepthook`, and the worker
+exits with status 1, exactly like an uncaught exception in `python script.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+import time
+import traceback
+
+USAGE = "usage: python -m notebook_launcher.launch.cli_bootstrap {script,module} TARGET [ARGS...]"
+ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+_OWN_FILES = {os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>"}
+
+
+def run_target(kind: str, target: str, args: list[str]) -> None:
+    """Run a script path or module name as `__main__`, with sys.argv and sys.path as Python sets them."""
+    if kind == "script":
+        script = os.path.abspath(target)
+        sys.argv = [script, *args]
+        sys.path[0] = os.path.dirname(script)
+        runpy.run_path(script, run_name="__main__")
+    elif kind == "module":
+        sys.argv = [target, *args]
+        sys.path[0] = os.getcwd()
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+    else:
+        raise SystemExit(f"{USAGE}\nunknown kind {kind!r}")
+
+
+def _is_own(filename: str) -> bool:
+    return filename in _OWN_FILES or os.path.abspath(filename) in _OWN_FILES
+
+
+def _trim(exc: BaseException) -> None:
+    """Drop the frames of this shim and of runpy from the front of the traceback."""
+    tb = exc.__traceback__
+    while tb is not None and _is_own(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    if tb is not None:
+        exc.__traceback__ = tb
+
+
+def record_failure(exc: BaseException) -> None:
+    """Write the exception into torchrun's error file for this worker (when there is one)."""
+    path = os.environ.get(ERROR_FILE_ENV)
+    if not path:
+        return
+    from torch.distributed.elastic.multiprocessing.errors import get_error_handler
+
+    get_error_handler().record_exception(exc)
+    # The handler's traceback comes from sys.exc_info(), untrimmed before Python 3.11, and its
+    # timestamp is in whole seconds; a precise one lets the launcher tell which rank failed first
+    # when a peer's connection error follows within the same second.
+    try:
+        with open(path) as fp:
+            data = json.load(fp)
+        data["message"]["extraInfo"]["py_callstack"] = "".join(traceback.format_exception(exc))
+        data["message"]["extraInfo"]["time_ns"] = str(time.time_ns())
+        with open(path, "w") as fp:
+            json.dump(data, fp)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 2:
+        raise SystemExit(USAGE)
+    kind, target, *args = argv
+    try:
+        run_target(kind, target, args)
+    except Exception as exc:
+        _trim(exc)
+        try:
+            record_failure(exc)
+        finally:
+            sys.excepthook(type(exc), exc, exc.__traceback__)
+            sys.stderr.flush()
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

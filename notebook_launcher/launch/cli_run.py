@@ -1,0 +1,285 @@
+"""Running a resolved launch through torch.distributed.run (torchrun) and reporting how it ended.
+
+We call torchrun in this process — `torch.distributed.run.run(parse_args([...]))`, its documented
+programmatic entry — rather than starting `python -m torch.distributed.run` as a subprocess:
+  * the elastic agent (rendezvous, worker start, health monitoring, restarts, teardown of every
+    worker on failure or signal) is torch's, unchanged; we add no process management of our own;
+  * a failed run comes back as elastic's ChildFailedError with each failed rank, exit code and
+    error file, so we can name the failing rank and show its traceback instead of scraping output;
+  * no second interpreter to start and no signals to forward through an extra process layer.
+The launcher's environment changes (the env contract, OMP_NUM_THREADS, ...) are made only for the
+duration of the run, because torchrun's workers inherit this process's environment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import LaunchConfig, config_to_env, to_file_dict
+from ..errors import ConfigError
+
+BOOTSTRAP = "notebook_launcher.launch.cli_bootstrap"
+RDZV_ID = "notebook_launcher"
+DETAIL_CRASH_HINT = (
+    "Hint: TORCH_DISTRIBUTED_DEBUG=DETAIL (set by --debug) makes DistributedDataParallel crash with SIGSEGV on "
+    "some torch builds (seen with torch 2.13 on CPU/gloo). Keep --debug but run with TORCH_DISTRIBUTED_DEBUG=INFO "
+    "set in your shell."
+)
+
+
+@dataclass
+class RunPlan:
+    """Everything torchrun is called with, decided before anything starts."""
+
+    config: LaunchConfig
+    target: list[str]  # ["script", path, *args] or ["module", name, *args]
+    torchrun_args: list[str]
+    env: dict[str, str]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def local_processes(self) -> int:
+        return int(self.config.num_processes) // self.config.num_machines
+
+
+def port_is_free(port: int) -> bool:
+    """Whether a server could listen on `port` here (as torch's TCPStore does, on all interfaces)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return int(sock.getsockname()[1])
+
+
+def choose_port(config: LaunchConfig, notes: list[str]) -> int:
+    """The rendezvous port: as configured, or a free one on a single machine when 0 or busy."""
+    port = int(config.main_process_port or 0)
+    if config.num_machines == 1:
+        if port == 0:
+            return free_port()
+        if not port_is_free(port):
+            chosen = free_port()
+            notes.append(f"port {port} is in use; using free port {chosen} instead.")
+            return chosen
+        return port
+    if config.machine_rank == 0 and config.rdzv_backend == "static" and not port_is_free(port):
+        raise ConfigError(
+            f"main_process_port={port} is already in use on this machine (machine 0 hosts the rendezvous); "
+            "pass a free --main_process_port, the same on every machine."
+        )
+    return port
+
+
+def omp_threads(config: LaunchConfig, requested: int | None, local_processes: int) -> str | None:
+    """OMP_NUM_THREADS for the workers: the flag, else the user's variable (None: keep it), else CPUs/processes."""
+    if requested is not None:
+        return str(requested)
+    if os.environ.get("OMP_NUM_THREADS"):
+        return None
+    from ..hardware import cpu_count
+
+    return str(max(1, cpu_count() // max(1, local_processes)))
+
+
+def build_plan(
+    config: LaunchConfig,
+    target: list[str],
+    *,
+    threads: int | None = None,
+    tee: str | None = None,
+    log_dir: str | None = None,
+) -> RunPlan:
+    """Choose the port and thread count, and write torchrun's arguments and the workers' env."""
+    notes: list[str] = []
+    config = config.replace(main_process_port=choose_port(config, notes))
+    local = int(config.num_processes) // config.num_machines
+    endpoint = f"{config.main_process_ip}:{config.main_process_port}"
+    args = [
+        f"--nnodes={config.num_machines}",
+        f"--nproc_per_node={local}",
+        f"--rdzv_backend={config.rdzv_backend}",
+    ]
+    if config.rdzv_backend == "static":
+        args += [
+            f"--node_rank={config.machine_rank}",
+            f"--master_addr={config.main_process_ip}",
+            f"--master_port={config.main_process_port}",
+        ]
+    else:
+        is_host = "true" if config.machine_rank == 0 else "false"
+        args += [f"--rdzv_endpoint={endpoint}", f"--rdzv_id={RDZV_ID}", f"--rdzv_conf=is_host={is_host}"]
+    args += [f"--max_restarts={config.max_restarts}", f"--monitor_interval={config.monitor_interval}"]
+    if tee is not None:
+        args.append(f"--tee={tee}")
+    if log_dir is not None:
+        args.append(f"--log_dir={log_dir}")
+    args += ["--module", BOOTSTRAP, *target]
+
+    env = dict(config_to_env(config))
+    threads_value = omp_threads(config, threads, local)
+    if threads_value is not None:
+        env["OMP_NUM_THREADS"] = threads_value
+    if config.debug and not os.environ.get("TORCH_DISTRIBUTED_DEBUG"):
+        env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"  # a level the user set themselves wins
+    if config.gpu_ids and config.gpu_ids != "all" and not config.use_cpu:
+        env["CUDA_VISIBLE_DEVICES"] = config.gpu_ids
+    return RunPlan(config=config, target=target, torchrun_args=args, env=env, notes=notes)
+
+
+def describe_plan(plan: RunPlan, source: str) -> str:
+    """What --debug prints: the resolved config, the rendezvous, and the equivalent torchrun command."""
+    import yaml
+
+    config = plan.config
+    lines = [f"resolved config (flags > {source} > detected defaults):"]
+    lines += ["  " + line for line in yaml.safe_dump(to_file_dict(config), sort_keys=False).splitlines()]
+    lines.append(
+        f"rendezvous: backend={config.rdzv_backend} endpoint={config.main_process_ip}:{config.main_process_port} "
+        f"machines={config.num_machines} machine_rank={config.machine_rank} "
+        f"processes_per_machine={plan.local_processes} world_size={config.num_processes}"
+    )
+    lines.append("torchrun " + " ".join(plan.torchrun_args))
+    shown = {k: v for k, v in plan.env.items() if k != "NOTEBOOK_LAUNCHER_LAUNCH_CONFIG"}
+    lines.append("worker environment: " + " ".join(f"{k}={v}" for k, v in sorted(shown.items())))
+    return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def patched_environ(values: Mapping[str, str]) -> Iterator[None]:
+    """Set variables for the duration of the block and restore the previous ones after."""
+    previous = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _quiet_elastic_logs(level: int) -> None:
+    """torchrun logs every failure and SIGTERM it sends; we report failures ourselves."""
+    for name in list(logging.Logger.manager.loggerDict):
+        if name.startswith(
+            ("torch.distributed.elastic", "torch.distributed.run", "torch.distributed.launcher")
+        ):
+            logging.getLogger(name).setLevel(level)
+
+
+def execute(plan: RunPlan, *, debug: bool = False, err: Any = None) -> int:
+    """Run the plan through torchrun; 0 on success, 1 when a rank failed, 128+N on signal N."""
+    err = err or sys.stderr
+    from torch.distributed import run as torchrun
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    _quiet_elastic_logs(logging.INFO if debug else logging.CRITICAL)
+    with patched_environ(plan.env):
+        try:
+            torchrun.run(torchrun.parse_args(plan.torchrun_args))
+        except ChildFailedError as exc:
+            print(describe_failures(exc.failures), file=err)
+            crashed = any(f.exitcode == -signal.SIGSEGV for f in exc.failures.values())
+            if crashed and os.environ.get("TORCH_DISTRIBUTED_DEBUG", "").upper() == "DETAIL":
+                print(DETAIL_CRASH_HINT, file=err)
+            return 1
+        except SignalException as exc:
+            print(
+                f"notebook-launcher: stopped by {signal.Signals(exc.sigval).name}; workers were shut down.",
+                file=err,
+            )
+            return 128 + int(exc.sigval)
+        except KeyboardInterrupt:
+            print("notebook-launcher: interrupted; workers were shut down.", file=err)
+            return 130
+        except Exception as exc:  # rendezvous timeouts, unreachable store, ...
+            if debug:
+                raise
+            print(
+                f"notebook-launcher: the launch failed before the script could run: {type(exc).__name__}: {exc}\n"
+                "Check that every machine uses the same --num_machines, --num_processes, --rdzv_backend, "
+                "--main_process_ip and --main_process_port, and that machine 0 is reachable. "
+                "Run again with --debug for details.",
+                file=err,
+            )
+            return 1
+    return 0
+
+
+# ------------------------------------------------------------------ failures
+
+
+def _failure_time(failure: Any) -> float:
+    info = failure.message.get("extraInfo", {}) if isinstance(failure.message, dict) else {}
+    try:
+        return int(info["time_ns"]) / 1e9
+    except (KeyError, TypeError, ValueError):
+        return float(failure.timestamp)
+
+
+def root_cause(failures: Mapping[int, Any]) -> int:
+    """The rank that failed first; ranks the agent stopped with SIGTERM only when nothing else failed."""
+
+    def key(rank: int) -> tuple[bool, float, int]:
+        failure = failures[rank]
+        return (failure.exitcode == -signal.SIGTERM, _failure_time(failure), rank)
+
+    return min(failures, key=key)
+
+
+def _traceback_of(failure: Any) -> str | None:
+    if isinstance(failure.message, dict):
+        info = failure.message.get("extraInfo", {})
+        return info.get("py_callstack") or failure.message.get("message")
+    return None
+
+
+def _how(failure: Any) -> str:
+    if failure.exitcode < 0:
+        name = failure.signal_name()
+        hint = " (often the out-of-memory killer)" if failure.exitcode == -signal.SIGKILL else ""
+        return f"was killed by signal {name}{hint}"
+    return f"exited with code {failure.exitcode}"
+
+
+def describe_failures(failures: Mapping[int, Any]) -> str:
+    """The failing rank, how it ended and its traceback; then one line per other stopped rank."""
+    first = root_cause(failures)
+    failure = failures[first]
+    lines = [
+        f"notebook-launcher: rank {first} failed: it {_how(failure)} (local rank {failure.local_rank}, pid {failure.pid})."
+    ]
+    tb = _traceback_of(failure)
+    if tb:
+        lines.append(f"Traceback of rank {first}:")
+        lines += ["  " + line for line in tb.rstrip().splitlines()]
+    else:
+        lines.append(
+            f"No Python traceback was recorded for rank {first}; its output above shows what happened."
+        )
+    for rank in sorted(set(failures) - {first}):
+        other = failures[rank]
+        if other.exitcode == -signal.SIGTERM:
+            lines.append(f"rank {rank} was stopped by the launcher after rank {first} failed.")
+        else:
+            summary = other.message.get("message") if isinstance(other.message, dict) else None
+            lines.append(f"rank {rank} also failed: it {_how(other)}" + (f": {summary}" if summary else "."))
+    return "\n".join(lines)

@@ -1,0 +1,75 @@
+"""The short training `notebook-launcher test` runs on every configured process.
+
+It checks what distributed training relies on, through the same `Accelerator` user scripts use:
+the world has the expected size, a sum over ranks is right, a few optimizer steps on sharded data
+reduce the loss, and afterwards every rank holds identical weights. Any failed check raises, which
+the launcher reports with the failing rank and its traceback.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def _data(samples: int = 256) -> tuple:
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(samples, 8, generator=generator)
+    true_w = torch.arange(1.0, 9.0).unsqueeze(1) / 8
+    y = x @ true_w + 0.01 * torch.randn(samples, 1, generator=generator)
+    return x, y
+
+
+def main() -> None:
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from notebook_launcher import Accelerator
+
+    accelerator = Accelerator()
+    expected_world = int(os.environ.get("WORLD_SIZE", "1"))
+    if accelerator.num_processes != expected_world:
+        raise RuntimeError(
+            f"Accelerator sees {accelerator.num_processes} processes, WORLD_SIZE is {expected_world}"
+        )
+
+    rank_value = torch.tensor([float(accelerator.process_index + 1)], device=accelerator.device)
+    total = accelerator.reduce(rank_value, reduction="sum").item()
+    expected_total = expected_world * (expected_world + 1) / 2
+    if abs(total - expected_total) > 1e-6:
+        raise RuntimeError(f"sum over ranks is {total}, expected {expected_total}")
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = _data()
+    loader = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    losses = []
+    for _epoch in range(3):
+        for inputs, targets in loader:
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(inputs), targets)
+            accelerator.backward(loss)
+            optimizer.step()
+            losses.append(loss.item())
+    if not losses[-1] < losses[0]:
+        raise RuntimeError(f"the loss did not go down: first {losses[0]:.4f}, last {losses[-1]:.4f}")
+
+    weights = torch.cat([p.detach().flatten() for p in accelerator.unwrap_model(model).parameters()])
+    every_rank = accelerator.gather(weights.unsqueeze(0))
+    if not torch.allclose(every_rank, every_rank[0].expand_as(every_rank)):
+        raise RuntimeError("the ranks ended with different weights: gradients were not synchronised")
+
+    accelerator.wait_for_everyone()
+    accelerator.print(
+        f"notebook-launcher test: {accelerator.num_processes} process(es), {accelerator.distributed_type}, "
+        f"device {accelerator.device}, mixed precision {accelerator.mixed_precision}: "
+        f"loss {losses[0]:.4f} -> {losses[-1]:.4f}, weights identical on every rank."
+    )
+    accelerator.end_training()
+
+
+if __name__ == "__main__":
+    main()
