@@ -67,15 +67,22 @@ class RunView(widgets.VBox):
         self.metric_select.observe(lambda _change: self._draw_chart(force=True), names="value")
         self.rank_select.observe(lambda _change: self._draw_chart(force=True), names="value")
         self._set_ranks([])
+        # shown once there is something to show: progress (or logged steps), metrics
+        self.progress_row = widgets.HBox(
+            [self.progress, self.progress_label], layout=widgets.Layout(display="none")
+        )
+        self.chart_box = widgets.VBox(
+            [widgets.HBox([self.metric_select, self.rank_select]), self.chart],
+            layout=widgets.Layout(display="none"),
+        )
         super().__init__(
             children=[
                 widgets.HBox(
                     [self.heading, self.status, self.stop_button], layout=widgets.Layout(width="100%")
                 ),
-                widgets.HBox([self.progress, self.progress_label]),
+                self.progress_row,
                 self.tabs,
-                widgets.HBox([self.metric_select, self.rank_select]),
-                self.chart,
+                self.chart_box,
             ]
         )
         self.add_class("nl-run-view")
@@ -202,11 +209,15 @@ class RunView(widgets.VBox):
             if state.finished.status == "done":
                 self.progress.value = self.progress.max
         self.progress_label.value = text
+        if text:
+            self.progress_row.layout.display = ""
 
     def _draw_chart(self, force: bool = False) -> None:
         with self._lock:
             state = self.state
             names = state.metric_names()
+            if names:
+                self.chart_box.layout.display = ""
             if list(self.metric_select.options) != names:
                 current = self.metric_select.value
                 self.metric_select.options = names
@@ -242,5 +253,5 @@ def _pre(lines: list[tuple[str, str]]) -> str:
     return (
         f'<div class="nl-output" style="display:flex;flex-direction:column-reverse;max-height:{PANE_HEIGHT};'
         f'overflow:auto;border:1px solid #ddd;background:#fafafa">'
-        f'<pre style="margin:4px;font-size:12px;white-space:pre-wrap">{body}</pre></div>'
+        f'<pre style="flex:none;margin:4px;font-size:12px;white-space:pre-wrap">{body}</pre></div>'
     )

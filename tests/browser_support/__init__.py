@@ -1,0 +1,1 @@
+"""Helpers for the browser tests: an isolated JupyterLab server and Playwright-driven Chromium."""

@@ -1,0 +1,88 @@
+"""Driving JupyterLab 4 in Debian's headless Chromium with Playwright.
+
+Waits use the status bar's kernel state and the app object (window.jupyterapp, exposed by the
+LabServer), never fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+CHROMIUM = "/usr/bin/chromium"  # Debian's package; Playwright is not allowed to download a browser
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"]
+NOTEBOOK = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+
+KERNEL_IDLE = r"""() => {
+  const bar = document.querySelector('#jp-main-statusbar');
+  return !!bar && /\|\s*Idle\b/.test(bar.innerText) && !/No Kernel/.test(bar.innerText);
+}"""
+
+ERRORS = r"""() => {
+  const found = [];
+  window.jupyterapp.shell.currentWidget.content.widgets.forEach((cell, index) => {
+    if (cell.model.type !== 'code') return;
+    const outputs = cell.model.outputs;
+    for (let i = 0; i < outputs.length; i++) {
+      const out = outputs.get(i).toJSON();
+      if (out.output_type === 'error') found.push({cell: index, ename: out.ename, evalue: out.evalue});
+    }
+  });
+  return found;
+}"""
+
+# For each widget output: did it render as a widget, or fall back to its text repr?
+WIDGET_OUTPUTS = r"""() => {
+  const found = [];
+  window.jupyterapp.shell.currentWidget.content.widgets.forEach((cell, index) => {
+    if (cell.model.type !== 'code') return;
+    const outputs = cell.model.outputs;
+    for (let i = 0; i < outputs.length; i++) {
+      if (!(outputs.get(i).data || {})['application/vnd.jupyter.widget-view+json']) continue;
+      const node = cell.outputArea.widgets[i] ? cell.outputArea.widgets[i].node : null;
+      found.push({cell: index, rendered: !!(node && node.querySelector('.jupyter-widgets'))});
+    }
+  });
+  return found;
+}"""
+
+WIDGET_REPR = re.compile(r"^[A-Z]\w*\((children|description|value|options|layout|outputs)=")
+BAD_TEXTS = ("Loading widget...", "Error displaying widget", "Model not found", "Failed to load model class")
+
+
+def launch_browser(playwright: Any, profile_dir: str, viewport: tuple[int, int] = (1400, 1000)) -> Any:
+    """A persistent Chromium context on a fresh profile."""
+    return playwright.chromium.launch_persistent_context(
+        profile_dir,
+        executable_path=CHROMIUM,
+        headless=True,
+        args=CHROMIUM_ARGS,
+        viewport={"width": viewport[0], "height": viewport[1]},
+    )
+
+
+def open_notebook(page: Any, lab: Any, notebook: str, timeout_ms: int = 90_000) -> None:
+    """Open a notebook (it needs metadata.kernelspec) and wait until its kernel is idle."""
+    page.goto(lab.notebook_url(notebook))
+    page.wait_for_selector(f"{NOTEBOOK} .jp-Cell", timeout=timeout_ms)
+    page.wait_for_function(KERNEL_IDLE, timeout=timeout_ms, polling=100)
+
+
+def run_all_cells(page: Any) -> bool:
+    """Run every cell; returns when the run is over: True, or False when a cell raised."""
+    return page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+
+
+def error_outputs(page: Any) -> list[dict]:
+    return page.evaluate(ERRORS)
+
+
+def widget_problems(page: Any) -> list[str]:
+    """Signs that a widget did not render (it then shows as its text repr, e.g. 'VBox(children=...')."""
+    body = page.inner_text("body")
+    problems = [text for text in BAD_TEXTS if text in body]
+    for text in page.locator(f"{NOTEBOOK} .jp-OutputArea-output").all_inner_texts():
+        if WIDGET_REPR.match(text.strip()):
+            problems.append("widget shown as text: " + text.strip()[:80])
+    problems += [f"not rendered: {w}" for w in page.evaluate(WIDGET_OUTPUTS) if not w["rendered"]]
+    return problems

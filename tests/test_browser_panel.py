@@ -1,0 +1,225 @@
+"""The ConfigPanel and RunView in a real JupyterLab 4 driven by headless Chromium.
+
+A user's path: run the notebook, pick a strategy and a precision by clicking, Save, Launch, watch
+the run finish (per-rank output, chart), and Stop a long run, after which no worker is left.
+Screenshots go to test-artifacts/ and one of the panel to docs/panel.png for the README.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from browser_support import jupyterlab as jl
+from browser_support.lab_server import LabServer
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not Path(jl.CHROMIUM).exists(), reason=f"{jl.CHROMIUM} missing: apt-get install -y chromium"
+    ),
+]
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+RUN_TIMEOUT_MS = 120_000
+
+SETUP_CELL = """
+import os, pathlib, time
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from notebook_launcher import Accelerator, ConfigPanel
+
+pathlib.Path("kernel_pid.txt").write_text(str(os.getpid()))
+
+def make_model():
+    return nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
+
+def train(epochs=2):
+    torch.set_num_threads(1)
+    accelerator = Accelerator()
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(512, 8, generator=g)
+    y = x.sum(1, keepdim=True)
+    model, opt = make_model(), None
+    opt = torch.optim.SGD(model.parameters(), lr=0.02)
+    loader = DataLoader(TensorDataset(x, y), batch_size=32)
+    model, opt, loader = accelerator.prepare(model, opt, loader)
+    step = 0
+    for epoch in range(epochs):
+        for xb, yb in loader:
+            loss = nn.functional.mse_loss(model(xb).float(), yb)
+            accelerator.backward(loss)
+            opt.step()
+            opt.zero_grad()
+            accelerator.log({"loss": loss.item()}, step=step)
+            step += 1
+        print(f"rank {accelerator.process_index} epoch {epoch} loss {loss.item():.4f} with {accelerator.mixed_precision}")
+    return loss.item()
+
+panel = ConfigPanel(model=make_model(), fn=train, save_path="browser_config.yaml")
+panel
+"""
+
+LONG_CELL = """
+def sleepy():
+    for i in range(2400):
+        print(f"tick {i}", flush=True)
+        time.sleep(0.05)
+
+long_panel = ConfigPanel(config={"num_processes": 2, "distributed_type": "MULTI_CPU"}, fn=sleepy)
+long_panel
+"""
+
+
+@pytest.fixture(scope="module")
+def notebook_dir(tmp_path_factory):
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    root = tmp_path_factory.mktemp("lab-root")
+    nb = new_notebook(cells=[new_code_cell(SETUP_CELL.strip()), new_code_cell(LONG_CELL.strip())])
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3 (ipykernel)",
+        "language": "python",
+    }
+    nbformat.write(nb, root / "panel.ipynb")
+    return root
+
+
+@pytest.fixture(scope="module")
+def lab(notebook_dir, tmp_path_factory):
+    with LabServer(notebook_dir, tmp_path_factory.mktemp("lab-server")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def playwright():
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    with playwright_api.sync_playwright() as running:
+        yield running
+
+
+@pytest.fixture
+def browser(playwright, tmp_path):
+    """A fresh Chromium per test: closing it ends every renderer process it started."""
+    context = jl.launch_browser(playwright, str(tmp_path / "chromium-profile"))
+    yield context
+    context.close()
+
+
+@pytest.fixture
+def page(browser, lab, notebook_dir, request):
+    page = browser.new_page()
+    page.set_default_timeout(60_000)
+    jl.open_notebook(page, lab, "panel.ipynb")
+    assert jl.run_all_cells(page) is True, jl.error_outputs(page)
+    assert jl.error_outputs(page) == []
+    page.locator(".nl-config-panel").nth(1).wait_for(state="visible")
+    assert jl.widget_problems(page) == []
+    yield page
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{request.node.name}-page.png"))
+    page.close()
+    lab.delete_sessions()
+
+
+def choice(panel, text: str):
+    return panel.locator("button.nl-choice").filter(has_text=re.compile(rf"^\s*{re.escape(text)}\s*$"))
+
+
+def test_pick_settings_save_launch_and_watch_the_run(page, notebook_dir):
+    panel = page.locator(".nl-config-panel").nth(0)
+    assert "CPU core(s)" in panel.locator(".nl-hardware").inner_text()
+    fp8 = choice(panel, "fp8")
+    assert fp8.is_disabled() and "8.9" in fp8.get_attribute("title")
+
+    processes = panel.locator(".nl-field-num-processes input")
+    processes.fill("2")
+    processes.press("Tab")
+    panel.locator(".nl-summary", has_text="2 process(es)").wait_for()
+
+    # FSDP shows its section; the layer classes come from the model given to the panel
+    fsdp_section = panel.locator(".nl-fsdp-section")
+    assert not fsdp_section.is_visible()
+    choice(panel, "FSDP").click()
+    fsdp_section.wait_for(state="visible")
+    panel.locator(".nl-field-fsdp-config-fsdp-auto-wrap-policy select").select_option(
+        "TRANSFORMER_BASED_WRAP"
+    )
+    panel.locator(
+        ".nl-field-fsdp-config-fsdp-transformer-layer-cls-to-wrap .nl-error"
+    ).wait_for()  # none picked yet
+    panel.locator(".nl-field-fsdp-config-fsdp-transformer-layer-cls-to-wrap select").select_option(
+        label="Linear ×2"
+    )
+    panel.locator(".nl-summary", has_text="→ FSDP").wait_for()
+    ARTIFACTS.mkdir(exist_ok=True)
+    panel.screenshot(path=str(ARTIFACTS / "panel.png"))
+    (ROOT / "docs").mkdir(exist_ok=True)
+    shutil.copyfile(ARTIFACTS / "panel.png", ROOT / "docs" / "panel.png")
+
+    # DDP with bf16 on 2 processes; wait for the kernel's reading of the form before clicking on
+    choice(panel, "DDP").click()
+    fsdp_section.wait_for(state="hidden")
+    choice(panel, "bf16").click()
+    panel.locator(".nl-summary", has_text="→ DDP (CPU) · bf16 · 2 process(es)").wait_for()
+
+    panel.locator("button", has_text="Save").click()
+    panel.locator(".nl-message", has_text="Saved to").wait_for()
+    from notebook_launcher.config import load_config
+
+    saved = load_config(notebook_dir / "browser_config.yaml")
+    assert (saved.distributed_type, saved.mixed_precision, saved.num_processes) == ("MULTI_CPU", "bf16", 2)
+
+    panel.locator("button", has_text="Launch").click()
+    view = panel.locator(".nl-run-view")
+    view.locator(".nl-status", has_text="done in").wait_for(timeout=RUN_TIMEOUT_MS)
+    view.locator(".lm-TabBar-tab", has_text="rank 1").click()
+    rank1 = view.locator(".nl-pane-rank-1")
+    rank1.wait_for(state="visible")
+    assert "rank 1 epoch 1" in rank1.inner_text() and "with bf16" in rank1.inner_text()
+    assert "rank 0 epoch" not in rank1.inner_text()
+    chart = view.locator("svg.nl-chart")
+    assert chart.is_visible() and chart.get_attribute("data-points") == "16"  # 2 epochs x 8 batches
+    assert view.locator("svg.nl-chart polyline").is_visible()
+    assert "epoch 1 · step 8/8" in view.inner_text()
+    view.screenshot(path=str(ARTIFACTS / "finished_run.png"))
+
+
+def test_stop_ends_every_worker(page, notebook_dir):
+    psutil = pytest.importorskip("psutil")
+    long_panel = page.locator(".nl-config-panel").nth(1)
+    long_panel.locator(".nl-summary", has_text="→ DDP (CPU)").wait_for()
+    long_panel.locator("button", has_text="Launch").click()
+    view = long_panel.locator(".nl-run-view")
+    view.locator(".nl-pane-all", has_text="tick 20").wait_for(timeout=RUN_TIMEOUT_MS)
+    kernel = psutil.Process(int((notebook_dir / "kernel_pid.txt").read_text()))
+    workers = [p for p in kernel.children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+    assert len(workers) >= 2, workers
+
+    view.locator("button", has_text="Stop").click()
+    view.locator(".nl-status", has_text="stopped after").wait_for(timeout=30_000)
+    deadline = time.monotonic() + 15
+    while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in workers):
+        assert time.monotonic() < deadline, f"workers still running after Stop: {workers}"
+        time.sleep(0.1)
+    # the pane stays scrolled to the newest line (it holds more lines than fit)
+    scroll = page.evaluate(
+        "() => { const d = document.querySelector('.nl-pane-all .nl-output');"
+        " return [d.scrollHeight > d.clientHeight, d.scrollTop]; }"
+    )
+    assert scroll == [True, 0], scroll  # column-reverse: scrollTop 0 is the bottom
+    text = view.locator(".nl-pane-all").inner_text()
+    last_tick = max(int(n) for n in re.findall(r"tick (\d+)", text))
+    time.sleep(1.0)  # nothing more arrives once the workers are gone
+    assert (
+        max(int(n) for n in re.findall(r"tick (\d+)", view.locator(".nl-pane-all").inner_text())) == last_tick
+    )
+    view.screenshot(path=str(ARTIFACTS / "stopped_run.png"))
