@@ -106,7 +106,9 @@ def boolean(text: str) -> bool:
         return True
     if lowered in _FALSE:
         return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    raise argparse.ArgumentTypeError(
+        f"expected true or false, got {text!r} (right before the script, write the value: `--flag true script.py`)"
+    )
 
 
 boolean.metavar = "true|false"  # type: ignore[attr-defined]

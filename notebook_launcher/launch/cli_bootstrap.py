@@ -89,6 +89,10 @@ def main(argv: list[str]) -> None:
             sys.excepthook(type(exc), exc, exc.__traceback__)
             sys.stderr.flush()
         sys.exit(1)
+    except KeyboardInterrupt as exc:  # the launcher forwards Ctrl-C; show where the script was
+        _trim(exc)
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

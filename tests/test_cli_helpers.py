@@ -1,0 +1,88 @@
+"""Helpers shared by the CLI tests (no tests here): run the real CLI in a subprocess, free ports."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "notebook_launcher"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+def cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """A clean environment: no user config file, no torchrun variables from an outer launch."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "TORCHELASTIC_"))}
+    for name in (
+        "NOTEBOOK_LAUNCHER_CONFIG_FILE",
+        "NOTEBOOK_LAUNCHER_LAUNCH_CONFIG",
+        "OMP_NUM_THREADS",
+        "TORCH_DISTRIBUTED_DEBUG",
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    ):
+        env.pop(name, None)
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "xdg")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env.update(extra)
+    return env
+
+
+def start_cli(
+    args: list[str], *, cwd: Path, env: dict[str, str], stdin: str | None = None
+) -> subprocess.Popen:
+    """Start `notebook-launcher ARGS` in its own session, so a timeout can stop it with all its workers."""
+    return subprocess.Popen(
+        [*CLI, *args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def finish(
+    proc: subprocess.Popen, *, stdin: str | None = None, timeout: float = 90
+) -> subprocess.CompletedProcess:
+    """Wait for a process from start_cli; on timeout kill its whole process group and fail."""
+    try:
+        out, err = proc.communicate(stdin, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(
+            f"CLI timed out after {timeout}s: {proc.args}\nstdout:\n{out}\nstderr:\n{err}"
+        ) from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def run_cli(
+    args: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    stdin: str | None = None,
+    timeout: float = 90,
+) -> subprocess.CompletedProcess:
+    proc = start_cli(args, cwd=cwd, env=env or cli_env(cwd), stdin=stdin)
+    return finish(proc, stdin=stdin, timeout=timeout)
+
+
+def explain(result: subprocess.CompletedProcess) -> str:
+    """What to show when an assertion about a CLI run fails."""
+    return f"exit {result.returncode}\n--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"

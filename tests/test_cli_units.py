@@ -1,0 +1,123 @@
+"""In-process checks of the CLI's pieces: the flag table, the run plan, failure reports, Ctrl-C."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+import time
+from types import SimpleNamespace
+
+from test_cli_helpers import cli_env, explain, finish, start_cli
+
+from notebook_launcher.config import LaunchConfig
+from notebook_launcher.launch.cli_args import FLAGS, launch_parser
+from notebook_launcher.launch.cli_resolve import flag_overrides
+from notebook_launcher.launch.cli_run import build_plan, describe_failures, root_cause
+
+
+def test_every_flag_lands_on_a_real_config_field():
+    fields = {f.name for f in dataclasses.fields(LaunchConfig)}
+    sections = {
+        "fsdp_config": {f.name for f in dataclasses.fields(LaunchConfig().fsdp_config)},
+        "deepspeed_config": {f.name for f in dataclasses.fields(LaunchConfig().deepspeed_config)},
+    }
+    for flag in FLAGS:
+        if flag.key is None:
+            continue
+        section, _, name = flag.key.rpartition(".")
+        assert name in (sections[section] if section else fields), flag.key
+
+
+def test_flags_become_overrides_that_beat_the_file():
+    args = launch_parser().parse_args(
+        ["--use-fsdp", "--fsdp_offload_params", "--fsdp-sharding-strategy", "shard_grad_op", "--num_processes",
+         "4", "--mixed-precision", "BF16", "s.py", "--num_processes", "7"]
+    )  # fmt: skip
+    overrides = flag_overrides(args)
+    assert overrides == {
+        "num_processes": 4,
+        "mixed_precision": "bf16",
+        "distributed_type": "FSDP",
+        "fsdp_config": {"fsdp_offload_params": True, "fsdp_sharding_strategy": "SHARD_GRAD_OP"},
+    }
+    assert args.training_script_args == ["--num_processes", "7"]
+    file_config = LaunchConfig(num_processes=2, mixed_precision="fp16", gradient_accumulation_steps=3)
+    merged = file_config.replace(**overrides)
+    assert (merged.num_processes, merged.mixed_precision, merged.gradient_accumulation_steps) == (
+        4,
+        "bf16",
+        3,
+    )
+
+
+def test_plan_for_c10d_names_the_host_and_gives_each_worker_its_threads():
+    config = LaunchConfig(num_processes=4, num_machines=2, machine_rank=1, main_process_ip="10.0.0.1",
+                          main_process_port=29555, rdzv_backend="c10d", distributed_type="MULTI_CPU")  # fmt: skip
+    plan = build_plan(config, ["script", "t.py", "--x"], threads=3)
+    assert "--rdzv_endpoint=10.0.0.1:29555" in plan.torchrun_args
+    assert "--rdzv_conf=is_host=false" in plan.torchrun_args and "--nproc_per_node=2" in plan.torchrun_args
+    assert plan.torchrun_args[-5:] == [
+        "--module",
+        "notebook_launcher.launch.cli_bootstrap",
+        "script",
+        "t.py",
+        "--x",
+    ]
+    assert plan.env["OMP_NUM_THREADS"] == "3"
+    assert json.loads(plan.env["NOTEBOOK_LAUNCHER_LAUNCH_CONFIG"])["machine_rank"] == 1
+
+
+def test_plan_on_one_machine_turns_port_0_into_a_free_port():
+    config = LaunchConfig(num_processes=2, main_process_ip="127.0.0.1", main_process_port=0)
+    plan = build_plan(config, ["script", "t.py"])
+    port = plan.config.main_process_port
+    assert port and port > 0 and f"--master_port={port}" in plan.torchrun_args
+
+
+def _failure(exitcode, *, time_ns=None, timestamp=100, message="x"):
+    payload = message
+    if time_ns is not None:
+        payload = {
+            "message": message,
+            "extraInfo": {"py_callstack": f"Traceback...\n{message}", "time_ns": str(time_ns)},
+        }
+    return SimpleNamespace(exitcode=exitcode, message=payload, timestamp=timestamp, local_rank=0, pid=1,
+                           signal_name=lambda: signal.Signals(-exitcode).name if exitcode < 0 else "<N/A>")  # fmt: skip
+
+
+def test_the_first_failure_is_the_root_cause_even_within_one_second():
+    failures = {
+        0: _failure(1, time_ns=100_000_000_500, message="RuntimeError: Connection closed by peer"),
+        1: _failure(1, time_ns=100_000_000_100, message="ValueError: boom"),
+        2: _failure(-signal.SIGTERM, timestamp=99),
+    }
+    assert root_cause(failures) == 1
+    report = describe_failures(failures)
+    assert report.splitlines()[0].startswith("notebook-launcher: rank 1 failed: it exited with code 1")
+    assert "ValueError: boom" in report
+    assert "rank 0 also failed: it exited with code 1: RuntimeError: Connection closed by peer" in report
+    assert "rank 2 was stopped by the launcher after rank 1 failed." in report
+
+
+def test_ctrl_c_stops_every_worker_and_exits_130(tmp_path):
+    (tmp_path / "sleepy.py").write_text(
+        "import os, sys, time\n"
+        "open(os.path.join(sys.argv[1], 'pid' + os.environ['RANK']), 'w').write(str(os.getpid()))\n"
+        "time.sleep(120)\n"
+    )
+    proc = start_cli(
+        ["launch", "--num_processes", "2", "sleepy.py", str(tmp_path)], cwd=tmp_path, env=cli_env(tmp_path)
+    )
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("pid*"))) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)  # to the launcher only, as a supervisor would
+    result = finish(proc, timeout=60)
+    assert result.returncode == 130, explain(result)
+    assert "stopped by SIGINT; workers were shut down" in result.stderr
+    import psutil
+
+    for pid_file in tmp_path.glob("pid*"):
+        pid = int(pid_file.read_text())
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
