@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from test_cli_helpers import cli_env, explain, run_cli
 
@@ -150,6 +151,7 @@ def test_env_report_has_versions_hardware_and_config_even_when_the_config_is_bro
     assert "Config: could not be read" in result.stdout and "num_proceses" in result.stdout
 
 
+@pytest.mark.slow
 def test_builtin_sanity_test_passes_on_two_processes(tmp_path):
     result = run_cli(["test", "--num_processes", "2"], cwd=tmp_path, timeout=120)
     assert result.returncode == 0, explain(result)

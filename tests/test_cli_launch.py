@@ -50,6 +50,7 @@ report = {k: os.environ.get(k) for k in keys}
 report["argv"] = sys.argv
 report["name"] = __name__
 report["file"] = __file__
+print(f"probe says hello from rank {os.environ['RANK']}")
 out = os.environ.get("PROBE_OUT", ".")
 with open(os.path.join(out, f"rank{os.environ['RANK']}.json"), "w") as fp:
     json.dump(report, fp)
@@ -147,9 +148,15 @@ def test_module_mode_default_config_file_and_user_threads(tmp_path):
     default_file.parent.mkdir(parents=True)
     default_file.write_text("num_processes: 1\ngradient_accumulation_steps: 3\n")
     env = cli_env(tmp_path, PROBE_OUT=str(tmp_path), OMP_NUM_THREADS="3")
-    result = run_cli(["launch", "-q", "-m", "mypkg.probe", "--flag", "x"], cwd=tmp_path, env=env)
+    logs = tmp_path / "logs"
+    args = ["launch", "-q", "--tee", "3", "--log_dir", str(logs), "-m", "mypkg.probe", "--flag", "x"]
+    result = run_cli(args, cwd=tmp_path, env=env)
     assert result.returncode == 0, explain(result)
-    assert result.stderr == "", explain(result)  # -q: nothing of ours
+    assert "probe says hello from rank 0" in result.stdout  # --tee: on the console ...
+    assert any(
+        "probe says hello from rank 0" in p.read_text() for p in logs.rglob("stdout.log")
+    )  # ... and in logs
+    assert "notebook-launcher" not in result.stderr, explain(result)  # -q: nothing of ours
     report = _reports(tmp_path)[0]
     assert report["WORLD_SIZE"] == "1" and report["name"] == "__main__"
     assert report["argv"][1:] == ["--flag", "x"] and report["file"] == str(package / "probe.py")

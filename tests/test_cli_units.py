@@ -68,6 +68,20 @@ def test_plan_for_c10d_names_the_host_and_gives_each_worker_its_threads():
     assert json.loads(plan.env["NOTEBOOK_LAUNCHER_LAUNCH_CONFIG"])["machine_rank"] == 1
 
 
+def test_rdzv_backend_and_restarts_from_the_file_reach_torchrun(tmp_path):
+    from notebook_launcher.launch.cli_resolve import resolve_launch_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text("num_processes: 2\nrdzv_backend: c10d\nmax_restarts: 2\nmain_process_port: 0\n")
+    args = launch_parser().parse_args(["--config_file", str(path), "s.py"])
+    cpu_only = SimpleNamespace(cuda_device_count=0, fp8_supported=False, bf16_supported=True)
+    config, source = resolve_launch_config(args, hardware=cpu_only)
+    assert source.path == path and config.distributed_type == "MULTI_CPU"
+    plan = build_plan(config, ["script", "s.py"])
+    assert "--rdzv_backend=c10d" in plan.torchrun_args and "--max_restarts=2" in plan.torchrun_args
+    assert "--rdzv_conf=is_host=true" in plan.torchrun_args
+
+
 def test_plan_on_one_machine_turns_port_0_into_a_free_port():
     config = LaunchConfig(num_processes=2, main_process_ip="127.0.0.1", main_process_port=0)
     plan = build_plan(config, ["script", "t.py"])

@@ -318,11 +318,25 @@ def add_launch_flags(parser: argparse.ArgumentParser) -> None:
             groups[flag.group].add_argument(*options, type=flag.convert, metavar=flag.shown_metavar, **common)
 
 
+LAUNCH_EPILOG = """\
+Precedence: a flag > the config file (--config_file, else the per-user default file) > detected values.
+Every flag is also accepted with dashes (--num-processes). Arguments after the script go to the script.
+
+examples:
+  notebook-launcher launch --num_processes 2 train.py --lr 1e-3
+  notebook-launcher launch --config_file accelerate_config.yaml -m mypackage.train
+  notebook-launcher launch --num_machines 2 --machine_rank 0 --main_process_ip 10.0.0.1 --num_processes 16 train.py
+
+exit status: 0 ok; 1 the script failed on some rank; 2 bad input (nothing started); 128+N stopped by signal N.
+"""
+
+
 def launch_parser(prog: str = "notebook-launcher launch", *, with_script: bool = True) -> Parser:
     """The parser of `launch` (and, without the script, of `test`)."""
     parser = Parser(
         prog=prog,
         description="Run a training script on several processes (and machines) through torch.distributed.run.",
+        epilog=LAUNCH_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_launch_flags(parser)

@@ -78,7 +78,7 @@ def choose_port(config: LaunchConfig, notes: list[str]) -> int:
             notes.append(f"port {port} is in use; using free port {chosen} instead.")
             return chosen
         return port
-    if config.machine_rank == 0 and config.rdzv_backend == "static" and not port_is_free(port):
+    if config.machine_rank == 0 and not port_is_free(port):
         raise ConfigError(
             f"main_process_port={port} is already in use on this machine (machine 0 hosts the rendezvous); "
             "pass a free --main_process_port, the same on every machine."
