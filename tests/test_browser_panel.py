@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -77,25 +78,41 @@ long_panel
 """
 
 
+BLOCKING_CELL = """
+from notebook_launcher import notebook_launch
+notebook_launch(sleepy, num_processes=2, view=True)  # blocks: Stop must still reach the kernel
+"""
+
+
 @pytest.fixture(scope="module")
-def notebook_dir(tmp_path_factory):
+def scratch():
+    """Own temp dir: pytest's shared basetemp can be pruned by another pytest run on the machine."""
+    with tempfile.TemporaryDirectory(prefix="nl-browser-") as path:
+        yield Path(path)
+
+
+@pytest.fixture(scope="module")
+def notebook_dir(scratch):
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook
 
-    root = tmp_path_factory.mktemp("lab-root")
-    nb = new_notebook(cells=[new_code_cell(SETUP_CELL.strip()), new_code_cell(LONG_CELL.strip())])
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3 (ipykernel)",
-        "language": "python",
+    root = scratch / "lab-root"
+    root.mkdir()
+    kernelspec = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    notebooks = {
+        "panel.ipynb": [SETUP_CELL, LONG_CELL],
+        "blocking.ipynb": [SETUP_CELL, LONG_CELL, BLOCKING_CELL],
     }
-    nbformat.write(nb, root / "panel.ipynb")
+    for name, cells in notebooks.items():
+        nb = new_notebook(cells=[new_code_cell(code.strip()) for code in cells])
+        nb.metadata["kernelspec"] = kernelspec
+        nbformat.write(nb, root / name)
     return root
 
 
 @pytest.fixture(scope="module")
-def lab(notebook_dir, tmp_path_factory):
-    with LabServer(notebook_dir, tmp_path_factory.mktemp("lab-server")) as server:
+def lab(notebook_dir, scratch):
+    with LabServer(notebook_dir, scratch / "lab-server") as server:
         yield server
 
 
@@ -107,27 +124,46 @@ def playwright():
 
 
 @pytest.fixture
-def browser(playwright, tmp_path):
+def browser(playwright, scratch, request):
     """A fresh Chromium per test: closing it ends every renderer process it started."""
-    context = jl.launch_browser(playwright, str(tmp_path / "chromium-profile"))
+    context = jl.launch_browser(playwright, str(scratch / f"chromium-{request.node.name}"))
     yield context
     context.close()
 
 
 @pytest.fixture
-def page(browser, lab, notebook_dir, request):
+def tab(browser, lab, request):
+    """A fresh page; its screenshot is kept, its kernels are shut down after the test."""
     page = browser.new_page()
     page.set_default_timeout(60_000)
-    jl.open_notebook(page, lab, "panel.ipynb")
-    assert jl.run_all_cells(page) is True, jl.error_outputs(page)
-    assert jl.error_outputs(page) == []
-    page.locator(".nl-config-panel").nth(1).wait_for(state="visible")
-    assert jl.widget_problems(page) == []
     yield page
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"{request.node.name}-page.png"))
     page.close()
     lab.delete_sessions()
+
+
+@pytest.fixture
+def page(tab, lab):
+    """The panel notebook, run: both panels rendered as widgets."""
+    jl.open_notebook(tab, lab, "panel.ipynb")
+    assert jl.run_all_cells(tab) is True, jl.error_outputs(tab)
+    assert jl.error_outputs(tab) == []
+    tab.locator(".nl-config-panel").nth(1).wait_for(state="visible")
+    assert jl.widget_problems(tab) == []
+    return tab
+
+
+def worker_processes(psutil, notebook_dir: Path) -> list:
+    kernel = psutil.Process(int((notebook_dir / "kernel_pid.txt").read_text()))
+    return [p for p in kernel.children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+
+
+def wait_gone(psutil, workers: list, seconds: float = 15) -> None:
+    deadline = time.monotonic() + seconds
+    while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in workers):
+        assert time.monotonic() < deadline, f"workers still running after Stop: {workers}"
+        time.sleep(0.1)
 
 
 def choice(panel, text: str):
@@ -200,16 +236,12 @@ def test_stop_ends_every_worker(page, notebook_dir):
     long_panel.locator("button", has_text="Launch").click()
     view = long_panel.locator(".nl-run-view")
     view.locator(".nl-pane-all", has_text="tick 20").wait_for(timeout=RUN_TIMEOUT_MS)
-    kernel = psutil.Process(int((notebook_dir / "kernel_pid.txt").read_text()))
-    workers = [p for p in kernel.children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+    workers = worker_processes(psutil, notebook_dir)
     assert len(workers) >= 2, workers
 
     view.locator("button", has_text="Stop").click()
     view.locator(".nl-status", has_text="stopped after").wait_for(timeout=30_000)
-    deadline = time.monotonic() + 15
-    while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in workers):
-        assert time.monotonic() < deadline, f"workers still running after Stop: {workers}"
-        time.sleep(0.1)
+    wait_gone(psutil, workers)
     # the pane stays scrolled to the newest line (it holds more lines than fit)
     scroll = page.evaluate(
         "() => { const d = document.querySelector('.nl-pane-all .nl-output');"
@@ -223,3 +255,20 @@ def test_stop_ends_every_worker(page, notebook_dir):
         max(int(n) for n in re.findall(r"tick (\d+)", view.locator(".nl-pane-all").inner_text())) == last_tick
     )
     view.screenshot(path=str(ARTIFACTS / "stopped_run.png"))
+
+
+def test_stop_reaches_a_blocking_launch(tab, lab, notebook_dir):
+    """notebook_launch(..., view=True) blocks the cell; the Stop click is still handled at once."""
+    psutil = pytest.importorskip("psutil")
+    jl.open_notebook(tab, lab, "blocking.ipynb")
+    tab.evaluate("() => { window.__runAll = window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    view = tab.locator(".nl-run-view")
+    view.locator(".nl-pane-all", has_text="tick 20").wait_for(timeout=RUN_TIMEOUT_MS)
+    workers = worker_processes(psutil, notebook_dir)
+    assert len(workers) >= 2, workers
+    view.locator("button", has_text="Stop").click()
+    view.locator(".nl-status", has_text="stopped after").wait_for(timeout=30_000)
+    wait_gone(psutil, workers)
+    assert tab.evaluate("() => window.__runAll") is False  # the cell raised LaunchStopped
+    assert [e["ename"] for e in jl.error_outputs(tab)] == ["LaunchStopped"]
+    jl.wait_kernel_idle(tab)

@@ -80,3 +80,14 @@ def test_multi_gpu_without_gpus_is_refused(tmp_path):
     result = run_cli(["launch", "--multi_gpu", "ok.py"], cwd=tmp_path, timeout=60)
     assert result.returncode == 2 and "Traceback" not in result.stderr, explain(result)
     assert "MULTI_GPU needs CUDA GPUs" in result.stderr and "--cpu" in result.stderr
+
+
+def test_deepspeed_without_the_package_is_refused(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("deepspeed") is not None:
+        pytest.skip("deepspeed is installed here")
+    (tmp_path / "ok.py").write_text("raise SystemExit('must not run')\n")
+    result = run_cli(["launch", "--use_deepspeed", "--zero_stage", "3", "ok.py"], cwd=tmp_path, timeout=60)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, explain(result)
+    assert "needs the deepspeed package" in result.stderr and "pip install" in result.stderr

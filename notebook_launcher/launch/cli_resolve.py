@@ -9,6 +9,7 @@ MULTI_GPU without a GPU, several machines without the address of machine 0.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,6 +111,11 @@ def resolve_launch_config(
     config = base.replace(**flag_overrides(args))
     _check_section_flags(args, config)
     check_without_hardware(config)
+    if config.distributed_type == "DEEPSPEED" and importlib.util.find_spec("deepspeed") is None:
+        raise ConfigError(
+            "distributed_type=DEEPSPEED needs the deepspeed package, which is not installed here; "
+            "install it with `pip install 'notebook_launcher[deepspeed]'` or choose another strategy."
+        )
     if hardware is None:
         from ..hardware import detect
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from . import channel
 from .events import MetricLogged, OutputLine, ProgressUpdate, RunFinished, RunStarted
+from .forksafety import release_openmp_threads
 from .result import LaunchStopped, LaunchTimeout, RankFailure, RunRecord, WorkerError
 from .worker import WorkerSpec, run_worker
 
@@ -113,6 +114,8 @@ class Supervisor:
     # ---------------------------------------------------------------- starting
     def _start_all(self) -> None:
         ctx = self.plan.context
+        if self.plan.start_method == "fork":
+            release_openmp_threads()
         for spec in self.plan.specs:
             out_r, out_w = ctx.Pipe(duplex=False)
             err_r, err_w = ctx.Pipe(duplex=False)
@@ -253,13 +256,11 @@ class Supervisor:
         worker.process.join(5)  # the sentinel can fire a moment before the exit status is collectable
         code = worker.process.exitcode
         self.record.exitcodes[worker.rank] = code
-        if worker.rank in self.stopped_by_us:
-            return
-        if code == 0 and worker.reported:
-            return
         known = next((f for f in self.record.failures if f.rank == worker.rank), None)
         if known is not None:
             known.exitcode = code
+            return
+        if worker.rank in self.stopped_by_us or (code == 0 and worker.reported):
             return
         tail = "\n".join(list(worker.lines)[-20:])
         self.record.failures.append(RankFailure(rank=worker.rank, exitcode=code, time=time.monotonic(), output_tail=tail))

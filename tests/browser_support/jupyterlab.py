@@ -65,6 +65,10 @@ def open_notebook(page: Any, lab: Any, notebook: str, timeout_ms: int = 90_000) 
     """Open a notebook (it needs metadata.kernelspec) and wait until its kernel is idle."""
     page.goto(lab.notebook_url(notebook))
     page.wait_for_selector(f"{NOTEBOOK} .jp-Cell", timeout=timeout_ms)
+    wait_kernel_idle(page, timeout_ms)
+
+
+def wait_kernel_idle(page: Any, timeout_ms: int = 90_000) -> None:
     page.wait_for_function(KERNEL_IDLE, timeout=timeout_ms, polling=100)
 
 
