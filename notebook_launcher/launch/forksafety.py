@@ -41,3 +41,26 @@ def release_openmp_threads() -> None:
         _libs = None  # torch may have loaded its OpenMP runtime since the last look
     for lib in _openmp_runtimes():
         lib.omp_pause_resource_all(_OMP_PAUSE_SOFT)
+
+
+class HelperProcesses:
+    """Spawn and forkserver start helper processes (resource tracker, fork server) that outlive a
+    launch; stop the ones this launch started, so the kernel is left with no child process."""
+
+    def __init__(self) -> None:
+        from multiprocessing import forkserver, resource_tracker
+
+        self._helpers = [resource_tracker._resource_tracker, forkserver._forkserver]
+        self._running_before = [self._is_running(h) for h in self._helpers]
+
+    @staticmethod
+    def _is_running(helper: object) -> bool:
+        return getattr(helper, "_fd", None) is not None or getattr(helper, "_forkserver_pid", None) is not None
+
+    def stop_new(self) -> None:
+        for helper, was_running in zip(self._helpers, self._running_before, strict=True):
+            if not was_running and self._is_running(helper) and hasattr(helper, "_stop"):
+                try:
+                    helper._stop()
+                except Exception:
+                    pass

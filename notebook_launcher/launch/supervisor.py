@@ -19,7 +19,7 @@ from typing import Any
 
 from . import channel
 from .events import MetricLogged, OutputLine, ProgressUpdate, RunFinished, RunStarted
-from .forksafety import release_openmp_threads
+from .forksafety import HelperProcesses, release_openmp_threads
 from .result import LaunchStopped, LaunchTimeout, RankFailure, RunRecord, WorkerError
 from .worker import WorkerSpec, run_worker
 
@@ -72,6 +72,7 @@ class Supervisor:
         self.stopping_since: float | None = None
         self.stopped_by_us: set[int] = set()
         self.started = 0.0
+        self.helpers: HelperProcesses | None = None
 
     # ------------------------------------------------------------------ public
     def run(self) -> RunRecord:
@@ -116,6 +117,8 @@ class Supervisor:
         ctx = self.plan.context
         if self.plan.start_method == "fork":
             release_openmp_threads()
+        else:
+            self.helpers = HelperProcesses()
         for spec in self.plan.specs:
             out_r, out_w = ctx.Pipe(duplex=False)
             err_r, err_w = ctx.Pipe(duplex=False)
@@ -321,6 +324,8 @@ class Supervisor:
                 if started:
                     worker.process.close()
             self.selector.close()
+            if self.helpers is not None:
+                self.helpers.stop_new()
 
     def _unregister(self, fd: int) -> None:
         try:

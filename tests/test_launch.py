@@ -1,0 +1,288 @@
+"""notebook_launch from plain Python: values, output, failures, cleanup, bad input (issue 3)."""
+
+import os
+import signal
+import socket
+import threading
+import time
+
+import psutil
+import pytest
+import torch
+
+from notebook_launcher import ConfigError, LaunchTimeout, WorkerError, notebook_launch
+
+
+def rank_and_world():
+    from notebook_launcher import Accelerator
+
+    acc = Accelerator()
+    print(f"hello from rank {acc.process_index}", flush=True)
+    return acc.process_index, acc.num_processes, acc.mixed_precision, acc.gradient_accumulation_steps
+
+
+def test_every_rank_returns_its_value_and_output_is_kept():
+    result = notebook_launch(rank_and_world, num_processes=2, quiet=True)
+    assert list(result) == [(0, 2, "no", 1), (1, 2, "no", 1)]
+    assert len(result) == 2
+    assert "hello from rank 0" in result.logs[0] and "hello from rank 1" in result.logs[1]
+    assert result.duration > 0 and result.start_method == "fork"
+
+
+def test_output_is_printed_live_with_rank_prefix(capfd):
+    def slow_printer():
+        for i in range(3):
+            print(f"tick {i}", flush=True)
+            time.sleep(0.3)
+        return "done"
+
+    seen_at = {}
+    start = time.monotonic()
+
+    def observer(event):
+        if getattr(event, "text", None) == "tick 0":
+            seen_at["tick0"] = time.monotonic() - start
+
+    result = notebook_launch(slow_printer, num_processes=1, observers=[observer])
+    assert result[0] == "done"
+    out = capfd.readouterr().out
+    assert "[rank0] tick 0" in out and "[rank0] tick 2" in out
+    # the first line arrived while the worker was still sleeping, not at the end
+    assert seen_at["tick0"] < result.duration - 0.4
+
+
+def test_c_level_writes_are_captured():
+    def c_write():
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.write(1, b"from C\n", 7)
+        os.write(2, b"raw stderr\n")
+        return 1
+
+    result = notebook_launch(c_write, num_processes=1, quiet=True)
+    assert "from C" in result.logs[0] and "raw stderr" in result.logs[0]
+
+
+def test_config_reaches_accelerator_in_workers(tmp_path):
+    result = notebook_launch(rank_and_world, num_processes=2, mixed_precision="bf16", quiet=True)
+    assert [r[2] for r in result] == ["bf16", "bf16"]
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("mixed_precision: fp16\ngradient_accumulation_steps: 4\nnum_processes: 2\n")
+    result = notebook_launch(rank_and_world, config=str(cfg), quiet=True)
+    assert list(result) == [(0, 2, "fp16", 4), (1, 2, "fp16", 4)]
+    # explicit argument beats the file
+    result = notebook_launch(rank_and_world, config=str(cfg), mixed_precision="no", quiet=True)
+    assert result[0][2] == "no"
+
+
+def test_default_config_file_is_used(tmp_path, monkeypatch):
+    cfg = tmp_path / "default.yaml"
+    cfg.write_text("mixed_precision: bf16\nnum_processes: 2\n")
+    monkeypatch.setenv("NOTEBOOK_LAUNCHER_CONFIG_FILE", str(cfg))
+    result = notebook_launch(rank_and_world, quiet=True)
+    assert list(result) == [(0, 2, "bf16", 1), (1, 2, "bf16", 1)]
+
+
+def big_tensor():
+    from notebook_launcher import Accelerator
+
+    acc = Accelerator()
+    return torch.full((50 * 1024 * 1024 // 4,), float(acc.process_index))  # 50 MB each
+
+
+def test_large_return_values_do_not_deadlock():
+    result = notebook_launch(big_tensor, num_processes=2, quiet=True, timeout=120)
+    assert result[0].numel() == 50 * 1024 * 1024 // 4 and float(result[1][-1]) == 1.0
+
+
+def raise_on_rank_one_while_rank_zero_waits():
+    import torch.distributed as dist
+
+    from notebook_launcher import Accelerator
+
+    acc = Accelerator()
+    if acc.process_index == 1:
+        time.sleep(0.3)
+        raise ValueError("rank one is broken")
+    dist.barrier()
+
+
+def test_failure_names_the_culprit_quickly_and_leaves_nothing():
+    start = time.monotonic()
+    with pytest.raises(WorkerError) as info:
+        notebook_launch(raise_on_rank_one_while_rank_zero_waits, num_processes=2, quiet=True)
+    elapsed = time.monotonic() - start
+    err = info.value
+    assert err.rank == 1 and err.exc_type == "ValueError"
+    assert "rank one is broken" in str(err) and "raise ValueError" in err.traceback
+    assert isinstance(err.exception, ValueError)
+    assert elapsed < 5
+    assert not psutil.Process().children()
+
+
+@pytest.mark.parametrize("how, code", [("exit", 3), ("sigkill", -signal.SIGKILL)])
+def test_a_rank_dying_without_exception_is_reported(how, code):
+    def die():
+        from notebook_launcher import Accelerator
+
+        acc = Accelerator()
+        if acc.process_index == 1:
+            print("about to die", flush=True)
+            if how == "exit":
+                os._exit(3)
+            os.kill(os.getpid(), signal.SIGKILL)
+        acc.wait_for_everyone()
+
+    start = time.monotonic()
+    with pytest.raises(WorkerError) as info:
+        notebook_launch(die, num_processes=2, quiet=True)
+    assert time.monotonic() - start < 5
+    assert info.value.rank == 1 and info.value.exitcode == code
+    assert "about to die" in str(info.value)
+
+
+def test_timeout_stops_everything_and_names_running_ranks():
+    def sleepy():
+        time.sleep(60)
+
+    start = time.monotonic()
+    with pytest.raises(LaunchTimeout) as info:
+        notebook_launch(sleepy, num_processes=2, quiet=True, timeout=1.5)
+    assert time.monotonic() - start < 6
+    assert info.value.running_ranks == [0, 1]
+
+
+def test_keyboard_interrupt_stops_workers_and_relaunch_works():
+    def forever():
+        print("running", flush=True)
+        time.sleep(60)
+
+    timer = threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        notebook_launch(forever, num_processes=2, quiet=True)
+    assert time.monotonic() - start < 1.5 + 5
+    assert not psutil.Process().children()
+    assert list(notebook_launch(rank_and_world, num_processes=2, quiet=True))[1][0] == 1
+
+
+def test_spawn_runs_locally_defined_functions_by_value():
+    scale = 3
+
+    class Local:
+        def __init__(self, v):
+            self.v = v
+
+    def job(x):
+        from notebook_launcher import Accelerator
+
+        acc = Accelerator()
+        return Local(x * scale + acc.process_index).v
+
+    result = notebook_launch(job, args=(2,), num_processes=2, start_method="spawn", quiet=True, timeout=120)
+    assert list(result) == [6, 7] and result.start_method == "spawn"
+
+
+def test_fork_after_threaded_torch_in_parent_does_not_hang():
+    a = torch.randn(800, 800)
+    (a @ a).sum()  # the parent's OpenMP pool is now busy-initialised
+
+    def matmul():
+        torch.set_num_threads(2)
+        b = torch.randn(800, 800)
+        return float((b @ b).sum() * 0)
+
+    assert list(notebook_launch(matmul, num_processes=1, quiet=True, timeout=60)) == [0.0]
+
+
+def test_repeated_launches_leave_env_signals_and_fds_unchanged():
+    env = dict(os.environ)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)}
+    notebook_launch(rank_and_world, num_processes=2, quiet=True)
+    fds = len(os.listdir("/proc/self/fd"))
+    for _ in range(20):
+        notebook_launch(rank_and_world, num_processes=2, quiet=True)
+    assert dict(os.environ) == env
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
+    assert len(os.listdir("/proc/self/fd")) == fds
+    assert not psutil.Process().children()
+
+
+def two_node_all_reduce():
+    import torch.distributed as dist
+
+    from notebook_launcher import Accelerator
+
+    acc = Accelerator()
+    t = torch.tensor([float(acc.process_index + 1)])
+    dist.all_reduce(t)
+    return acc.num_processes, acc.process_index, float(t)
+
+
+def test_two_nodes_over_loopback():
+    port = _free_port()
+    results = {}
+
+    def node(rank):
+        results[rank] = notebook_launch(
+            two_node_all_reduce,
+            num_processes=1,
+            num_nodes=2,
+            node_rank=rank,
+            master_addr="127.0.0.1",
+            master_port=port,
+            quiet=True,
+            timeout=60,
+        )
+
+    threads = [threading.Thread(target=node, args=(r,)) for r in (1, 0)]
+    for t in threads:
+        t.start()
+        time.sleep(0.2)
+    for t in threads:
+        t.join(90)
+    assert list(results[0]) == [(2, 0, 3.0)]
+    assert list(results[1]) == [(2, 1, 3.0)]
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: notebook_launch(rank_and_world, num_processes=0), "num_processes=0"),
+        (lambda: notebook_launch("not a function", num_processes=2), "needs a function"),
+        (lambda: notebook_launch(rank_and_world, num_processes=2, mixed_precision="fp7"), "fp7"),
+        (lambda: notebook_launch(rank_and_world, num_processes=2, start_method="thread"), "start_method"),
+        (lambda: notebook_launch(rank_and_world, num_processes=2, timeout=-1), "timeout=-1"),
+        (lambda: notebook_launch(rank_and_world, num_processes=2, num_nodes=2, node_rank=1), "master_addr"),
+        (lambda: notebook_launch(rank_and_world, num_processes=2, colour="red"), "colour"),
+    ],
+)
+def test_bad_input_is_a_clear_error(call, message):
+    with pytest.raises(ConfigError, match=message):
+        call()
+    assert not psutil.Process().children()
+
+
+def test_unpicklable_argument_under_spawn_names_the_object():
+    lock = threading.Lock()
+    with pytest.raises(ConfigError, match=r"args\[0\]"):
+        notebook_launch(rank_and_world, args=(lock,), num_processes=2, start_method="spawn")
+    assert not psutil.Process().children()
+
+
+def test_port_in_use_is_a_clear_error():
+    with socket.socket() as s:
+        s.bind(("", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(ConfigError, match=f"master_port={port} is already in use"):
+            notebook_launch(rank_and_world, num_processes=2, master_port=port)
+    assert not psutil.Process().children()
