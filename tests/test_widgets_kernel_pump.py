@@ -64,7 +64,8 @@ def stream_text(client, msg_id: str, timeout: float) -> str:
             return "".join(text)
 
 
-def test_stop_click_reaches_a_blocked_cell_and_queued_cells_still_run(kernel):
+@pytest.mark.parametrize("subshell_id", [None, "frontend-subshell"], ids=["plain", "jupyterlab-4.6-style"])
+def test_stop_click_reaches_a_blocked_cell_and_queued_cells_still_run(kernel, subshell_id):
     setup = kernel.execute(SETUP)
     out = stream_text(kernel, setup, 60)
     stop_id = out.split("STOP_ID", 1)[1].split()[0]
@@ -75,6 +76,8 @@ def test_stop_click_reaches_a_blocked_cell_and_queued_cells_still_run(kernel):
     click = kernel.session.msg(
         "comm_msg", {"comm_id": stop_id, "data": {"method": "custom", "content": {"event": "click"}}}
     )
+    if subshell_id:  # JupyterLab 4.6 tags widget messages with a subshell id of its own
+        click["header"]["subshell_id"] = subshell_id
     sent = time.monotonic()
     kernel.shell_channel.send(click)
 

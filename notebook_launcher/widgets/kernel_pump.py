@@ -100,7 +100,9 @@ class CommPump:
             header = session.deserialize(rest, content=False, copy=False)["header"]
         except Exception:  # malformed: let the kernel's own loop report it later
             return False
-        return header.get("msg_type") in COMM_TYPES and not header.get("subshell_id")
+        # JupyterLab 4.6 tags widget messages with its own subshell id; the kernel still routes a
+        # comm's messages to the thread that opened it (here: main), so they are ours to handle.
+        return header.get("msg_type") in COMM_TYPES
 
     def _dispatch(self, frames: list[Any]) -> None:
         session = self.kernel.session
