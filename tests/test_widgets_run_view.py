@@ -62,6 +62,7 @@ def test_progress_from_logged_steps_when_no_loader_reports():
     view(started(1))
     view(MetricLogged(rank=0, step=7, values={"loss": 0.5}, time=1.0))
     assert view.progress_label.value == "step 7"
+    assert view.progress.layout.visibility == "hidden"  # no loader progress: no bar pretending
 
 
 def test_chart_draws_the_main_rank_and_can_switch():
@@ -214,3 +215,21 @@ def test_a_failed_ranks_remote_traceback_goes_to_its_pane():
     assert 'color:#c62828">ValueError: boom' in view.panes[1].value
     assert "ValueError" not in view.panes[0].value
     assert "failed at rank 1" in view.status.value
+
+
+def test_a_traceback_sent_with_run_finished_is_shown_once():
+    view = RunView(refresh_interval=0)
+    view(started(2))
+    traceback = "Traceback (most recent call last):\nValueError: from extra"
+    view(
+        RunFinished(
+            "failed", 1.0, failed_rank=0, error="rank 0 raised ValueError", extra={"traceback": traceback}
+        )
+    )
+
+    class SameError(Exception):
+        rank = 0
+        remote_traceback = traceback
+
+    view.show_error(SameError())
+    assert view.panes[0].value.count("ValueError: from extra") == 1

@@ -52,6 +52,7 @@ class RunState:
     progress: dict[int, Progress] = field(default_factory=dict)
     metrics: list[dict[str, Any]] = field(default_factory=list)
     finished: RunFinished | None = None
+    traceback_shown: bool = False
 
     # ------------------------------------------------------------------ events
     def apply(self, event: object) -> None:
@@ -74,6 +75,17 @@ class RunState:
             self.metrics.append(row)
         elif isinstance(event, RunFinished):
             self.finished = event
+            traceback = event.extra.get("traceback") if isinstance(event.extra, dict) else None
+            if event.failed_rank is not None and isinstance(traceback, str):
+                self.add_traceback(event.failed_rank, traceback)
+
+    def add_traceback(self, rank: int, traceback: str) -> None:
+        """Show a failed rank's remote traceback in its output (once)."""
+        if self.traceback_shown:
+            return
+        self.traceback_shown = True
+        for line in traceback.rstrip().splitlines():
+            self.apply(OutputLine(rank, "stderr", line))
 
     def _lines_of(self, rank: int) -> deque[tuple[str, str]]:
         if rank not in self.lines:

@@ -20,7 +20,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from ..launch.events import OutputLine, RunFinished, RunStarted
+from ..launch.events import RunFinished, RunStarted
 from .chart import svg_chart
 from .kernel_pump import CommPump
 from .run_state import RunState
@@ -136,8 +136,8 @@ class RunView(widgets.VBox):
         if not isinstance(rank, int) or not isinstance(traceback, str):
             return
         with self._lock:
-            for line in traceback.rstrip().splitlines():
-                self._pending.append(OutputLine(rank, "stderr", line))
+            self.refresh()  # events first, so a traceback already sent with RunFinished wins
+            self.state.add_traceback(rank, traceback)
             self.refresh()
 
     # ------------------------------------------------------------------ drawing
@@ -203,6 +203,7 @@ class RunView(widgets.VBox):
             total = progress.total if progress.total else max(progress.step, 1)
             self.progress.max = max(total, 1)
             self.progress.value = min(progress.step, self.progress.max)
+        self.progress.layout.visibility = "visible" if progress is not None else "hidden"
         text = state.progress_text(rank)
         if state.finished is not None:
             self.progress.bar_style = BAR_STYLES[state.finished.status]
