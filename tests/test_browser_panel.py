@@ -67,14 +67,24 @@ panel = ConfigPanel(model=make_model(), fn=train, save_path="browser_config.yaml
 panel
 """
 
-LONG_CELL = """
+SLEEPY = """
 def sleepy():
     for i in range(2400):
         print(f"tick {i}", flush=True)
         time.sleep(0.05)
+"""
 
+LONG_CELL = (
+    SLEEPY
+    + """
 long_panel = ConfigPanel(config={"num_processes": 2, "distributed_type": "MULTI_CPU"}, fn=sleepy)
 long_panel
+"""
+)
+
+LIGHT_SETUP = """
+import os, pathlib, time
+pathlib.Path("kernel_pid.txt").write_text(str(os.getpid()))
 """
 
 
@@ -101,7 +111,7 @@ def notebook_dir(scratch):
     kernelspec = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
     notebooks = {
         "panel.ipynb": [SETUP_CELL, LONG_CELL],
-        "blocking.ipynb": [SETUP_CELL, LONG_CELL, BLOCKING_CELL],
+        "blocking.ipynb": [LIGHT_SETUP + SLEEPY, BLOCKING_CELL],
     }
     for name, cells in notebooks.items():
         nb = new_notebook(cells=[new_code_cell(code.strip()) for code in cells])
