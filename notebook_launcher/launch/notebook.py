@@ -52,7 +52,9 @@ def _prepare(
     if not callable(fn):
         raise ConfigError(f"notebook_launch needs a function to run; got {type(fn).__name__} {fn!r}.")
     if not isinstance(args, (tuple, list)):
-        raise ConfigError(f"args must be a tuple of positional arguments; got {type(args).__name__}. Use args=(x,).")
+        raise ConfigError(
+            f"args must be a tuple of positional arguments; got {type(args).__name__}. Use args=(x,)."
+        )
     if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
         raise ConfigError(f"timeout={timeout!r} must be a positive number of seconds.")
     kwargs = dict(kwargs or {})
@@ -69,8 +71,8 @@ def _prepare(
         target = None
     else:
         _warm_up()
-    master = planning.rendezvous(cfg, cfg.num_machines)
-    specs = planning.make_specs(cfg, nproc, master, payload)
+    addr, port, store = planning.rendezvous(cfg, cfg.num_machines)
+    specs = planning.make_specs(cfg, nproc, (addr, port), payload)
     import torch.multiprocessing as mp
 
     return LaunchPlan(
@@ -81,6 +83,7 @@ def _prepare(
         world_size=nproc * cfg.num_machines,
         config=cfg,
         timeout=timeout,
+        store=store,
     )
 
 
@@ -158,7 +161,12 @@ def notebook_launch(
 class RunHandle:
     """A launch running in a background thread (so a widget's Stop button can still be clicked)."""
 
-    def __init__(self, plan: LaunchPlan, observers: Sequence[Callable[[Any], None]], poll_hooks: Sequence[Callable[[], Any]]):
+    def __init__(
+        self,
+        plan: LaunchPlan,
+        observers: Sequence[Callable[[Any], None]],
+        poll_hooks: Sequence[Callable[[], Any]],
+    ):
         self._stop = threading.Event()
         self._supervisor = Supervisor(plan, observers, poll_hooks, should_stop=self._stop.is_set)
         self._plan = plan

@@ -48,7 +48,9 @@ def count_processes(requested: int | None, config: LaunchConfig, say: Callable[[
 def choose_start_method(requested: str) -> tuple[str, str | None]:
     """Return (method, note). Fork is used on Linux unless this process already initialised CUDA."""
     if requested not in START_METHODS:
-        raise ConfigError(f"start_method={requested!r} is not valid; choose one of {', '.join(START_METHODS)}.")
+        raise ConfigError(
+            f"start_method={requested!r} is not valid; choose one of {', '.join(START_METHODS)}."
+        )
     from ..hardware import cuda_initialized
 
     unsafe = None
@@ -65,15 +67,11 @@ def choose_start_method(requested: str) -> tuple[str, str | None]:
     if requested != "auto":
         return requested, None
     if unsafe:
-        return "spawn", f"notebook_launch: {unsafe}; starting workers with spawn (function sent with cloudpickle)."
+        return (
+            "spawn",
+            f"notebook_launch: {unsafe}; starting workers with spawn (function sent with cloudpickle).",
+        )
     return "fork", None
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port the OS says is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def check_port_free(port: int) -> None:
@@ -90,24 +88,46 @@ def check_port_free(port: int) -> None:
             raise
 
 
-def rendezvous(config: LaunchConfig, num_machines: int) -> tuple[str, int]:
-    """(master address, master port) for this launch."""
-    if num_machines == 1:
-        addr = config.main_process_ip or "127.0.0.1"
-        port = config.main_process_port
-        if not port:
-            return addr, free_port()
-        check_port_free(port)
-        return addr, port
-    if not config.main_process_ip:
+def rendezvous(config: LaunchConfig, num_machines: int) -> tuple[str, int, Any]:
+    """(master address, port, store) for this launch.
+
+    The machine with rank 0 hosts torch's TCPStore in this process, bound before any worker starts
+    (port 0 = the OS picks a free one), and every worker connects to it as a client, as torchrun's
+    agent does (TORCHELASTIC_USE_AGENT_STORE). No window in which another program can take the
+    port, and no stale store from an earlier launch: the store lives exactly as long as the launch.
+    """
+    if num_machines > 1 and not config.main_process_ip:
         raise ConfigError(
             "A launch over several machines needs master_addr (main_process_ip): the address of the machine "
             "with node_rank 0, reachable from every machine."
         )
-    port = config.main_process_port or DEFAULT_PORT
-    if config.machine_rank == 0:
+    addr = config.main_process_ip or "127.0.0.1"
+    port = (
+        config.main_process_port
+        if config.main_process_port is not None
+        else (DEFAULT_PORT if num_machines > 1 else 0)
+    )
+    if config.machine_rank != 0:
+        return addr, port, None
+    if port:
         check_port_free(port)
-    return config.main_process_ip, port
+    store = _host_store(port)
+    return addr, store.port, store
+
+
+def _host_store(port: int) -> Any:
+    import datetime
+
+    from torch.distributed import TCPStore
+
+    try:
+        return TCPStore(
+            "0.0.0.0", port, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(minutes=30)
+        )
+    except RuntimeError as exc:  # DistNetworkError subclasses RuntimeError
+        raise ConfigError(
+            f"Could not open the rendezvous port {port}: {exc}. Pass another master_port."
+        ) from None
 
 
 def make_specs(
@@ -123,6 +143,7 @@ def make_specs(
     from ..hardware import cpu_count
 
     world = nproc * config.num_machines
+    extra_env = {"TORCHELASTIC_USE_AGENT_STORE": "True", **(extra_env or {})}
     threads = None if "OMP_NUM_THREADS" in os.environ else max(1, cpu_count() // nproc)
     specs = []
     for local_rank in range(nproc):
@@ -141,7 +162,7 @@ def make_specs(
             env["OMP_NUM_THREADS"] = str(threads)
         if config.gpu_ids and config.gpu_ids != "all":
             env["CUDA_VISIBLE_DEVICES"] = config.gpu_ids
-        env.update(extra_env or {})
+        env.update(extra_env)
         specs.append(WorkerSpec(rank=rank, env=env, payload=payload, threads=threads))
     return specs
 

@@ -120,12 +120,19 @@ class WorkerError(NotebookLauncherError, RuntimeError):
 class LaunchTimeout(NotebookLauncherError, TimeoutError):
     """The launch ran past `timeout=`; every worker was stopped."""
 
-    def __init__(self, timeout: float, running: list[int]):
+    def __init__(self, timeout: float, running: list[int], stacks: dict[int, str] | None = None):
         self.timeout = timeout
         self.running_ranks = running
+        self.stacks = stacks or {}
+        where = "".join(
+            f"\n--- where rank {rank} was ---\n{text.strip()}"
+            for rank, text in self.stacks.items()
+            if text.strip()
+        )
         super().__init__(
             f"The launch ran longer than timeout={timeout}s; ranks {running} were still running and have been "
             "stopped. Raise timeout= or look for a rank stuck in a collective (e.g. one rank skipping a barrier)."
+            + where
         )
 
 

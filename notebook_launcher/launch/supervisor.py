@@ -8,7 +8,9 @@ the other ranks sit in a collective, and Ctrl-C / the notebook's stop button lan
 from __future__ import annotations
 
 import collections
+import linecache
 import os
+import re
 import selectors
 import signal
 import time
@@ -21,11 +23,12 @@ from . import channel
 from .events import MetricLogged, OutputLine, ProgressUpdate, RunFinished, RunStarted
 from .forksafety import HelperProcesses, release_openmp_threads
 from .result import LaunchStopped, LaunchTimeout, RankFailure, RunRecord, WorkerError
-from .worker import WorkerSpec, run_worker
+from .worker import STACK_DUMP_SIGNAL, WorkerSpec, run_worker
 
 GRACE_SECONDS = 3.0
 POLL_SECONDS = 0.05
 MAX_LOG_LINES = 200_000
+STACK_DUMP_SECONDS = 0.5
 
 
 @dataclass
@@ -39,6 +42,7 @@ class LaunchPlan:
     world_size: int
     config: Any
     timeout: float | None = None
+    store: Any = None  # the TCPStore this process hosts for the workers' rendezvous
 
 
 @dataclass
@@ -82,13 +86,18 @@ class Supervisor:
         try:
             self._start_all()
             self._emit(
-                RunStarted(self.plan.world_size, tuple(w.rank for w in self.workers), self.plan.start_method, self.plan.config)
+                RunStarted(
+                    self.plan.world_size,
+                    tuple(w.rank for w in self.workers),
+                    self.plan.start_method,
+                    self.plan.config,
+                )
             )
             outcome = self._loop()
             status = outcome
             if outcome == "timeout":
                 running = [w.rank for w in self.workers if w.rank in self._running_at_stop]
-                raise LaunchTimeout(self.plan.timeout, running)
+                raise LaunchTimeout(self.plan.timeout, running, self.stacks())
             if outcome == "stopped":
                 raise LaunchStopped("The launch was stopped on request; all workers have been terminated.")
             if self.record.failures:
@@ -151,6 +160,7 @@ class Supervisor:
                 self._handle(worker, what, key.fd)
             if self.stopping_since is None:
                 if deadline is not None and time.monotonic() > deadline:
+                    self._dump_stacks()
                     self._begin_stop()
                     return self._finish_stop("timeout")
                 if self.should_stop() or self._poll_requested_stop():
@@ -168,6 +178,27 @@ class Supervisor:
             if time.monotonic() - self.stopping_since > GRACE_SECONDS:
                 self._kill_remaining()
         return outcome
+
+    def _dump_stacks(self) -> None:
+        """Ask every running worker for its Python stack (faulthandler) so a hang shows where it is."""
+        running = [w for w in self.workers if not w.exited]
+        self._stack_marks = {w.rank: len(w.lines) for w in running}
+        for worker in running:
+            _signal(worker.process, STACK_DUMP_SIGNAL)
+        until = time.monotonic() + STACK_DUMP_SECONDS
+        while time.monotonic() < until:
+            for key, _ in self.selector.select(POLL_SECONDS):
+                worker, what = key.data
+                if what in ("stdout", "stderr"):
+                    self._handle(worker, what, key.fd)
+
+    def stacks(self) -> dict[int, str]:
+        """What each hung rank printed after the stack-dump request."""
+        marks = getattr(self, "_stack_marks", {})
+        by_rank = {w.rank: w for w in self.workers}
+        return {
+            rank: _with_source("\n".join(list(by_rank[rank].lines)[mark:])) for rank, mark in marks.items()
+        }
 
     def _poll_requested_stop(self) -> bool:
         requested = False
@@ -224,12 +255,21 @@ class Supervisor:
             worker.reported = True
             self._add_failure(worker, payload)
         elif kind == channel.METRIC:
-            row = {"rank": worker.rank, "step": payload.get("step"), "time": payload["time"], **payload["values"]}
+            row = {
+                "rank": worker.rank,
+                "step": payload.get("step"),
+                "time": payload["time"],
+                **payload["values"],
+            }
             self.record.metrics.append(row)
-            self._emit(MetricLogged(worker.rank, payload.get("step"), dict(payload["values"]), payload["time"]))
+            self._emit(
+                MetricLogged(worker.rank, payload.get("step"), dict(payload["values"]), payload["time"])
+            )
         elif kind == channel.PROGRESS:
             self._emit(
-                ProgressUpdate(worker.rank, payload["step"], payload.get("total"), payload["time"], payload.get("epoch"))
+                ProgressUpdate(
+                    worker.rank, payload["step"], payload.get("total"), payload["time"], payload.get("epoch")
+                )
             )
 
     def _add_failure(self, worker: _Worker, info: dict[str, Any]) -> None:
@@ -266,7 +306,9 @@ class Supervisor:
         if worker.rank in self.stopped_by_us or (code == 0 and worker.reported):
             return
         tail = "\n".join(list(worker.lines)[-20:])
-        self.record.failures.append(RankFailure(rank=worker.rank, exitcode=code, time=time.monotonic(), output_tail=tail))
+        self.record.failures.append(
+            RankFailure(rank=worker.rank, exitcode=code, time=time.monotonic(), output_tail=tail)
+        )
         self._begin_stop()
 
     def _drain(self, worker: _Worker) -> None:
@@ -324,6 +366,7 @@ class Supervisor:
                 if started:
                     worker.process.close()
             self.selector.close()
+            self.plan.store = None  # closes the rendezvous port
             if self.helpers is not None:
                 self.helpers.stop_new()
 
@@ -351,6 +394,23 @@ class Supervisor:
                 import warnings
 
                 warnings.warn(f"Observer {observer!r} raised {exc!r} and was detached.", stacklevel=2)
+
+
+_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+) in (?P<func>.+)$')
+
+
+def _with_source(dump: str) -> str:
+    """faulthandler prints file and line only; add the source line (works for notebook cells too,
+    whose source the kernel keeps in linecache)."""
+    out = []
+    for line in dump.splitlines():
+        out.append(line)
+        match = _FRAME.match(line)
+        if match:
+            source = linecache.getline(match["file"], int(match["line"])).strip()
+            if source:
+                out.append(f"    {source}")
+    return "\n".join(out)
 
 
 def _signal(process: Any, signum: int) -> None:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+STACK_DUMP_SIGNAL = signal.SIGUSR1  # the launcher asks a hung worker where it is stuck
+
 
 @dataclass
 class WorkerSpec:
@@ -63,11 +65,16 @@ def _reset_inherited_state() -> None:
     sys.displayhook = sys.__displayhook__  # a forked kernel's hook would talk to the kernel's sockets
 
 
-def run_worker(spec: WorkerSpec, target: Any, out_conn: Connection, err_conn: Connection, msg_conn: Connection):
+def run_worker(
+    spec: WorkerSpec, target: Any, out_conn: Connection, err_conn: Connection, msg_conn: Connection
+):
     """Entry point of every worker process (fork and spawn alike)."""
     _redirect_output(out_conn, err_conn)
     _die_with_parent()
     _reset_inherited_state()
+    import faulthandler
+
+    faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
     os.environ.update(spec.env)
     from .channel import WorkerChannel
 

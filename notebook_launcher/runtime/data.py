@@ -143,7 +143,11 @@ class DataLoaderShard:
         plan = self.plan()
         skip, self._skip_next = self._skip_next, 0
         batches = plan.batches[skip:]
-        loader = DataLoader(self.dataset, batch_sampler=_FixedBatches(batches), **self._loader_kwargs())
+        kwargs = self._loader_kwargs()
+        # A private generator: creating the iterator must not draw from the global RNG, or a resumed
+        # run (RNG restored, iterator created afterwards) would drift from the uninterrupted one.
+        kwargs["generator"] = self.base_loader.generator or torch.Generator().manual_seed(self.seed + self.epoch)
+        loader = DataLoader(self.dataset, batch_sampler=_FixedBatches(batches), **kwargs)
         total = len(plan.batches)
         self.batches_yielded = skip
         self.gradient_state.loaders.append(self)
