@@ -199,13 +199,13 @@ def test_pick_settings_save_launch_and_watch_the_run(page, notebook_dir):
     panel.locator(".nl-field-fsdp-config-fsdp-auto-wrap-policy select").select_option(
         "TRANSFORMER_BASED_WRAP"
     )
-    panel.locator(
-        ".nl-field-fsdp-config-fsdp-transformer-layer-cls-to-wrap .nl-error"
-    ).wait_for()  # none picked yet
-    panel.locator(".nl-field-fsdp-config-fsdp-transformer-layer-cls-to-wrap select").select_option(
-        label="Linear ×2"
-    )
-    panel.locator(".nl-summary", has_text="→ FSDP").wait_for()
+    # The summary is the last thing the kernel rewrites after a change: wait for it, not a field.
+    panel.locator(".nl-summary", has_text="1 setting(s) to fix").wait_for()
+    layer_field = panel.locator(".nl-field-fsdp-config-fsdp-transformer-layer-cls-to-wrap")
+    assert "needs fsdp_transformer_layer_cls_to_wrap" in layer_field.locator(".nl-error").inner_text()
+    layer_field.locator("select").select_option(label="Linear ×2")
+    panel.locator(".nl-summary", has_text="→ FSDP · no · 2 process(es)").wait_for()
+    assert panel.locator(".nl-error").count() == 0
     ARTIFACTS.mkdir(exist_ok=True)
     panel.screenshot(path=str(ARTIFACTS / "panel.png"))
     (ROOT / "docs").mkdir(exist_ok=True)
