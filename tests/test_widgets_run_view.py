@@ -233,3 +233,9 @@ def test_a_traceback_sent_with_run_finished_is_shown_once():
 
     view.show_error(SameError())
     assert view.panes[0].value.count("ValueError: from extra") == 1
+
+
+def test_stop_tooltip_tells_when_clicks_cannot_reach_a_blocked_cell():
+    view = RunView(refresh_interval=0)
+    assert view.poll() is False  # pytest is not a Jupyter kernel: no comm pump
+    assert "not running inside a Jupyter kernel" in view.stop_button.tooltip

@@ -103,6 +103,10 @@ class RunView(widgets.VBox):
         if threading.current_thread() is threading.main_thread():
             if self._pump is None:
                 self._pump = CommPump()
+                if not self._pump.available:  # say so where the user looks, not in a log
+                    self.stop_button.tooltip = (
+                        f"Stop cannot be clicked while this cell blocks: {self._pump.reason}"
+                    )
             self._pump.pump()
         return self.stop_requested
 
