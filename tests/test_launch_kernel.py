@@ -154,5 +154,5 @@ def test_twenty_launches_keep_the_kernel_clean(kernel):
     after = kernel.value(snapshot)
     assert after[0] == before[0], "os.environ changed"
     assert after[1] == before[1], "signal handlers changed"
-    assert after[2] == before[2], "file descriptors leaked"
+    assert after[2] <= before[2], f"file descriptors leaked: {before[2]} -> {after[2]}"
     assert psutil.Process(kernel.pid).children(recursive=True) == []
