@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Install notebook_launcher with everything its tests and notebooks need, on a fresh Debian machine.
+# CPU torch is pinned first: an unpinned torch would pull a multi-GB CUDA build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+TORCH_VERSION=${TORCH_VERSION:-2.13.0}
+
+"$PYTHON" -m pip install --quiet "torch==${TORCH_VERSION}"
+"$PYTHON" -m pip install --quiet -e ".[test]"
+
+# The browser tests drive Debian's Chromium through Playwright (which cannot download browsers here).
+if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+echo "notebook_launcher installed: $("$PYTHON" -c 'import notebook_launcher, torch; print(notebook_launcher.__version__, "torch", torch.__version__)')"
