@@ -114,8 +114,10 @@ class Supervisor:
             raise
         finally:
             self._shutdown()
-            failed = self._primary().rank if self.record.failures else None
-            self._emit(RunFinished(status, time.monotonic() - self.started, failed, error))
+            primary = self._primary() if self.record.failures else None
+            extra = {"traceback": primary.traceback or primary.output_tail} if primary else {}
+            failed = primary.rank if primary else None
+            self._emit(RunFinished(status, time.monotonic() - self.started, failed, error, extra))
 
     @property
     def logs(self) -> dict[int, str]:
