@@ -85,7 +85,11 @@ class Accelerator(ProcessAPI):
         ddp = handlers.get(DistributedDataParallelKwargs)
         self._distributed_type = _resolve_distributed_type(self.config, self.state)
         self.strategy = strategy_class(self._distributed_type.value)(
-            self.state, self.config, self.precision, ddp_kwargs=ddp.to_kwargs() if ddp else None
+            self.state,
+            self.config,
+            self.precision,
+            ddp_kwargs=ddp.to_kwargs() if ddp else None,
+            gradient_state=self.gradient_state,
         )
         self._models: list[nn.Module] = []
         self._optimizers: list[AcceleratedOptimizer] = []
@@ -140,6 +144,7 @@ class Accelerator(ProcessAPI):
                     f"{type(obj).__name__} was already prepared by this Accelerator; call prepare() once per "
                     "object and use the returned one."
                 )
+        args = tuple(self.strategy.prepare_together(list(args)))  # e.g. DeepSpeed builds its engine here
         result: list[Any] = list(args)
         order = (nn.Module, torch.optim.Optimizer, DataLoader, _is_scheduler)
         for kind in order:

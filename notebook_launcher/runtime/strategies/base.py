@@ -32,17 +32,38 @@ class Strategy:
         precision: Precision,
         *,
         ddp_kwargs: dict[str, Any] | None = None,
+        gradient_state: Any = None,
     ) -> None:
         self.state = state
         self.config = config
         self.precision = precision
         self.ddp_kwargs = dict(ddp_kwargs or {})
+        # The Accelerator's GradientState (sync_gradients, num_steps); DeepSpeed needs the boundary.
+        self.gradient_state = gradient_state
+
+    # ---------------------------------------------------------------- prepare
+    def prepare_together(self, objects: list[Any]) -> list[Any]:
+        """See every object of one prepare() call before each is prepared, and swap some if needed.
+
+        A strategy that builds from several objects at once (DeepSpeed's engine from model +
+        optimizer + scheduler + the loader's batch size) replaces them here; the default keeps all.
+        """
+        return objects
+
+    def convert_precision(self, model: nn.Module) -> nn.Module:
+        """Module conversions a precision mode needs before wrapping (fp8: Linear -> fp8 Linear)."""
+        if self.precision.mode == "fp8":
+            from ..fp8 import convert_to_fp8
+
+            model = convert_to_fp8(model)
+        return model
 
     # ----------------------------------------------------------------- models
     def wrap_model(self, model: nn.Module, *, device_placement: bool = True) -> nn.Module:
         """Place the model and wrap it for this strategy; returns what training should call."""
         if device_placement:
             model = model.to(self.state.device)
+        model = self.convert_precision(model)
         self.precision.wrap_forward(model)
         return model
 

@@ -1,0 +1,150 @@
+"""Training functions for the FSDP / DeepSpeed tests: a small transformer of nn.TransformerEncoderLayer
+blocks, trained through the Accelerator (launched with notebook_launch) or with plain PyTorch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from notebook_launcher import Accelerator, set_seed
+
+FEATURES, WIDTH, SEQ = 8, 16, 4
+
+
+class TinyTransformer(nn.Module):
+    def __init__(self, blocks: int = 2) -> None:
+        super().__init__()
+        self.embed = nn.Linear(FEATURES, WIDTH)
+        self.blocks = nn.ModuleList(
+            nn.TransformerEncoderLayer(WIDTH, 2, 32, dropout=0.0, batch_first=True) for _ in range(blocks)
+        )
+        self.head = nn.Linear(WIDTH, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.embed(x)
+        for block in self.blocks:
+            h = block(h)
+        return self.head(h)
+
+
+def transformer_model() -> TinyTransformer:
+    torch.manual_seed(0)
+    return TinyTransformer()
+
+
+def transformer_data(n: int = 64) -> TensorDataset:
+    g = torch.Generator().manual_seed(4321)
+    x = torch.randn(n, SEQ, FEATURES, generator=g)
+    y = x.sum(dim=-1, keepdim=True).tanh() + 0.05 * torch.randn(n, SEQ, 1, generator=g)
+    return TensorDataset(x, y)
+
+
+def _optimizer(params, lr: float, kind: str = "adamw") -> torch.optim.Optimizer:
+    """AdamW for bit-level comparisons of the same computation; SGD+momentum where the order of sums
+    differs (accumulation, another world size): Adam turns gradients that are rounding noise (the
+    attention key bias has a true gradient of zero) into full-size steps, SGD keeps them noise."""
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    return torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
+
+
+def reference_transformer(
+    batch_size: int, epochs: int = 2, lr: float = 1e-2, clip: float | None = 0.5
+) -> dict:
+    """Plain PyTorch, one process: the weights every strategy must reach."""
+    model = transformer_model()
+    opt = _optimizer(model.parameters(), lr)
+    for _ in range(epochs):
+        for x, y in DataLoader(transformer_data(), batch_size=batch_size):
+            nn.functional.mse_loss(model(x), y).backward()
+            if clip is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            opt.step()
+            opt.zero_grad()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def train_transformer(
+    batch_size: int,
+    accumulation: int = 1,
+    epochs: int = 2,
+    lr: float = 1e-2,
+    clip: float | None = 0.5,
+    optimizer_after_prepare: bool = False,
+    optimizer: str = "adamw",
+) -> dict:
+    """The same loop through the Accelerator; returns full weights, losses and the local shard size."""
+    set_seed(7)
+    acc = Accelerator(gradient_accumulation_steps=accumulation)
+    model = transformer_model()
+    loader = DataLoader(transformer_data(), batch_size=batch_size)
+    if optimizer_after_prepare:
+        model, loader = acc.prepare(model, loader)
+        opt = acc.prepare(_optimizer(model.parameters(), lr, optimizer))
+    else:
+        model, opt, loader = acc.prepare(model, _optimizer(model.parameters(), lr, optimizer), loader)
+    local = sum(_local_numel(p) for p in model.parameters())
+    losses = []
+    for _ in range(epochs):
+        for x, y in loader:
+            with acc.accumulate(model):
+                loss = nn.functional.mse_loss(model(x), y)
+                acc.backward(loss)
+                if clip is not None and acc.sync_gradients:
+                    acc.clip_grad_norm_(model.parameters(), clip)
+                opt.step()
+                opt.zero_grad()
+            losses.append(acc.reduce(loss.detach(), "mean").item())
+    weights = acc.get_state_dict(model)
+    total = sum(v.numel() for v in weights.values())
+    acc.end_training()
+    return {"weights": weights, "losses": losses, "local_numel": local, "total_numel": total}
+
+
+def _local_numel(p: torch.Tensor) -> int:
+    to_local = getattr(p, "to_local", None)
+    return to_local().numel() if to_local is not None else p.numel()
+
+
+class EpochCounter:
+    def __init__(self) -> None:
+        self.epoch = 0
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch = state["epoch"]
+
+
+def train_with_checkpoint(
+    folder: str, stop_after: tuple[int, int] | None, resume: bool, batch_size: int = 8, epochs: int = 2
+) -> dict:
+    """Shuffled SGD+momentum training; save and stop at (epoch, batch), or resume from folder.
+
+    One process with batch_size=16 sees the same samples per step as two with batch_size=8."""
+    set_seed(3)
+    acc = Accelerator()
+    model = transformer_model()
+    loader = DataLoader(transformer_data(), batch_size=batch_size, shuffle=True)
+    model, opt, loader = acc.prepare(model, _optimizer(model.parameters(), 1e-2, "sgd"), loader)
+    counter = EpochCounter()
+    acc.register_for_checkpointing(counter)
+    if resume:
+        acc.load_state(folder)
+    while counter.epoch < epochs:
+        for step, (x, y) in enumerate(loader):
+            acc.backward(nn.functional.mse_loss(model(x), y))
+            opt.step()
+            opt.zero_grad()
+            if stop_after is not None and (counter.epoch, step) == stop_after:
+                acc.save_state(folder)
+                acc.end_training()
+                return {"stopped": True, "files": sorted(p.name for p in Path(folder).iterdir())}
+        counter.epoch += 1
+    weights = acc.get_state_dict(model)
+    acc.end_training()
+    return {"weights": weights}
