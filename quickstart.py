@@ -1,4 +1,4 @@
-"""The seed example: a tiny classifier trained for 3 epochs on 2 processes with notebook_launch.
+"""The seed example: a tiny classifier trained for 3 epochs on 2 CPU processes (or one per GPU).
 
 Run it with `python quickstart.py`. The same `train` function works unchanged in a notebook cell,
 under `notebook-launcher launch`, under `torchrun`, or as one plain process.
@@ -10,6 +10,7 @@ import torch.optim as optim
 from torch.utils.data import DataLoader, Dataset
 
 from notebook_launcher import Accelerator, notebook_launch
+from notebook_launcher.hardware import detect
 
 
 class DiyModel(nn.Module):
@@ -49,8 +50,9 @@ def train(epochs=3):
     return {"rank": accelerator.process_index, "final_loss": round(total_loss / len(dataloader), 4)}
 
 
-if __name__ == "__main__":
-    result = notebook_launch(train, args=(3,), num_processes=2)
+if __name__ == "__main__":  # needed where workers start with spawn (macOS, or CUDA already in use)
+    num_processes = detect().cuda_device_count or 2  # one process per GPU, else 2 CPU processes
+    result = notebook_launch(train, args=(3,), num_processes=num_processes)
     for rank, value in enumerate(result):
         print(f"rank {rank} returned {value}")
     print(f"done in {result.duration:.1f}s with {len(result)} processes ({result.start_method})")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -243,3 +245,23 @@ def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path):
     check_outputs, fact_expression = check
     nb = execute(with_facts(nb, fact_expression), tmp_path)
     check_outputs(nb)
+
+
+def test_quickstart_script_trains_on_every_rank(tmp_path: Path):
+    """`python quickstart.py`, the README's main job: 3 epochs printed by each rank, values returned."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "quickstart.py")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = re.findall(r"^\[rank(\d)\] Epoch (\d), Loss: (\d\.\d{4})$", out.stdout, flags=re.M)
+    ranks = sorted({int(rank) for rank, _, _ in lines})
+    assert ranks and ranks == list(range(len(ranks)))
+    assert sorted((int(r), int(e)) for r, e, _ in lines) == [(r, e) for r in ranks for e in (1, 2, 3)]
+    last = {int(r): float(loss) for r, e, loss in lines if e == "3"}
+    for rank in ranks:
+        assert f"rank {rank} returned {{'rank': {rank}, 'final_loss': {last[rank]}}}" in out.stdout
+    assert f"with {len(ranks)} processes" in out.stdout
