@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError, bad_value, closest
-from .sections import DeepSpeedConfig, FSDPConfig
+from .sections import DeepSpeedConfig, FSDPConfig, check_strategy_sections
 
 DISTRIBUTED_TYPES = ("NO", "MULTI_CPU", "MULTI_GPU", "FSDP", "DEEPSPEED")
 MIXED_PRECISIONS = ("no", "fp16", "bf16", "fp8")
@@ -109,6 +109,7 @@ class LaunchConfig:
         _coerce_types(self.deepspeed_config, "deepspeed_config.")
         self.fsdp_config.validate()
         self.deepspeed_config.validate()
+        check_strategy_sections(self.distributed_type, self.deepspeed_config)
         return self
 
     # ------------------------------------------------------------ conversions

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from ..errors import ConfigError, bad_value
 
@@ -120,3 +123,51 @@ class DeepSpeedConfig:
                 "deepspeed_config.gradient_accumulation_steps="
                 f"{self.gradient_accumulation_steps!r} must be >= 1."
             )
+
+
+def read_deepspeed_json(path: str) -> dict[str, Any]:
+    """The DeepSpeed JSON config file as a dict; a missing, unparsable or impossible file is a ConfigError."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ConfigError(f"DeepSpeed config file {path!r} does not exist; pass the path of a JSON file.")
+    try:
+        data = json.loads(file.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"DeepSpeed config file {path!r} is not valid JSON ({exc.msg} at line {exc.lineno}, column "
+            f"{exc.colno}); fix the file, or leave deepspeed_config_file empty to use the deepspeed_config fields."
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            f"DeepSpeed config file {path!r} cannot be read ({exc}); pass a readable JSON file."
+        ) from None
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"DeepSpeed config file {path!r} holds a JSON {type(data).__name__}; it must hold an object "
+            '({"zero_optimization": {"stage": 2}, ...}).'
+        )
+    zero = data.get("zero_optimization", {})
+    stage = zero.get("stage", "auto") if isinstance(zero, dict) else zero
+    if stage != "auto" and (isinstance(stage, bool) or stage not in ZERO_STAGES):
+        raise bad_value(
+            f"zero_optimization.stage in DeepSpeed config file {path!r}",
+            stage,
+            ZERO_STAGES,
+            "ZeRO has stages 0 to 3.",
+        )
+    return data
+
+
+def check_strategy_sections(distributed_type: str | None, deepspeed: DeepSpeedConfig) -> None:
+    """Cross-section checks: FSDP and DeepSpeed cannot be combined; a DeepSpeed JSON file must be usable."""
+    ds_file = deepspeed.deepspeed_config_file
+    if not ds_file:
+        return
+    if distributed_type == "FSDP":
+        raise ConfigError(
+            f"distributed_type='FSDP' with deepspeed_config.deepspeed_config_file={ds_file!r}: FSDP and DeepSpeed "
+            "both shard the model and cannot be combined. Use distributed_type='DEEPSPEED' for the file, or drop "
+            "the file to train with FSDP."
+        )
+    if distributed_type == "DEEPSPEED":
+        read_deepspeed_json(ds_file)
