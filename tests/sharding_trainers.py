@@ -148,3 +148,19 @@ def train_with_checkpoint(
     weights = acc.get_state_dict(model)
     acc.end_training()
     return {"weights": weights}
+
+
+def train_and_save_model(folder: str, **accelerator_kwargs) -> dict:
+    """One epoch of SGD, then save_model(); returns the saved path and get_state_dict()."""
+    acc = Accelerator(**accelerator_kwargs)
+    model = transformer_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    model, opt, loader = acc.prepare(model, opt, DataLoader(transformer_data(), batch_size=8))
+    for x, y in loader:
+        acc.backward(nn.functional.mse_loss(model(x), y))
+        opt.step()
+        opt.zero_grad()
+    path = acc.save_model(model, folder)
+    weights = acc.get_state_dict(model)
+    acc.end_training()
+    return {"path": str(path), "weights": weights}

@@ -1,0 +1,220 @@
+"""FSDP2 through notebook_launch: 2 real CPU processes (gloo) train a small transformer to DDP's weights.
+
+Tolerances (fp32): FSDP and DDP run the same sums, so weights agree to 1e-6 with AdamW. Where the
+order of sums differs (accumulation vs a larger batch, one process vs two, attention wrapped as its
+own unit) the comparison uses SGD+momentum, which keeps rounding noise at rounding size (AdamW turns
+the attention key bias's zero-in-theory gradient into full-size steps), and 1e-5.
+"""
+
+import pytest
+import torch
+from sharding_trainers import (
+    train_and_save_model,
+    train_transformer,
+    train_with_checkpoint,
+    transformer_model,
+)
+
+import notebook_launcher.runtime.strategies.fsdp  # noqa: F401  (imported once here, inherited by forked workers)
+from notebook_launcher import notebook_launch
+from notebook_launcher.config import FSDPConfig
+from notebook_launcher.errors import ConfigError
+from notebook_launcher.runtime.strategies import fsdp_plan
+
+LAYER = "TransformerEncoderLayer"
+TIMEOUT = 120
+
+
+def fsdp(**fsdp_config):
+    return dict(
+        distributed_type="FSDP", fsdp_config={"fsdp_transformer_layer_cls_to_wrap": LAYER, **fsdp_config}
+    )
+
+
+def assert_same_weights(got, want, atol):
+    assert got.keys() == want.keys()
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], atol=atol, rtol=0, msg=f"parameter {name} differs")
+
+
+@pytest.fixture(scope="module")
+def ddp_adamw():
+    return notebook_launch(train_transformer, kwargs=dict(batch_size=8), num_processes=2, timeout=TIMEOUT)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(),
+        dict(fsdp_sharding_strategy="SHARD_GRAD_OP"),
+        dict(fsdp_sharding_strategy="HYBRID_SHARD"),
+        dict(fsdp_offload_params=True, fsdp_activation_checkpointing=True),
+    ],
+    ids=["full-shard", "shard-grad-op", "hybrid-shard", "cpu-offload+activation-checkpointing"],
+)
+def test_fsdp_trains_to_ddp_weights(settings, ddp_adamw):
+    result = notebook_launch(
+        train_transformer, kwargs=dict(batch_size=8), num_processes=2, timeout=TIMEOUT, **fsdp(**settings)
+    )
+    for rank in (0, 1):
+        assert_same_weights(result[rank]["weights"], ddp_adamw[0]["weights"], atol=1e-6)
+    assert result[0]["losses"] == pytest.approx(ddp_adamw[0]["losses"], abs=1e-6)
+
+
+def test_optimizer_created_after_prepare_works_too(ddp_adamw):
+    result = notebook_launch(
+        train_transformer,
+        kwargs=dict(batch_size=8, optimizer_after_prepare=True),
+        num_processes=2,
+        timeout=TIMEOUT,
+        **fsdp(),
+    )
+    assert_same_weights(result[0]["weights"], ddp_adamw[0]["weights"], atol=1e-6)
+
+
+def test_full_shard_holds_about_half_the_parameters_on_each_rank(ddp_adamw):
+    result = notebook_launch(
+        train_transformer, kwargs=dict(batch_size=8, epochs=1), num_processes=2, timeout=TIMEOUT, **fsdp()
+    )
+    total = result[0]["total_numel"]
+    assert ddp_adamw[0]["local_numel"] == total  # DDP: the whole model on every rank
+    local = [result[rank]["local_numel"] for rank in (0, 1)]
+    assert sum(local) == total
+    assert all(0.45 * total <= n <= 0.55 * total for n in local), (local, total)
+
+
+def test_accumulation_equals_the_larger_batch():
+    kwargs = dict(optimizer="sgd", lr=0.05)
+    accumulated = notebook_launch(
+        train_transformer,
+        kwargs=dict(batch_size=8, accumulation=2, **kwargs),
+        num_processes=2,
+        timeout=TIMEOUT,
+        **fsdp(),
+    )
+    larger = notebook_launch(
+        train_transformer, kwargs=dict(batch_size=16, **kwargs), num_processes=2, timeout=TIMEOUT, **fsdp()
+    )
+    assert len(accumulated[0]["losses"]) == 2 * len(larger[0]["losses"])
+    assert_same_weights(accumulated[0]["weights"], larger[0]["weights"], atol=1e-5)
+
+
+def test_size_based_wrap_matches_ddp():
+    kwargs = dict(batch_size=8, optimizer="sgd", lr=0.05)
+    ddp = notebook_launch(train_transformer, kwargs=kwargs, num_processes=2, timeout=TIMEOUT)
+    sized = notebook_launch(
+        train_transformer,
+        kwargs=kwargs,
+        num_processes=2,
+        timeout=TIMEOUT,
+        distributed_type="FSDP",
+        fsdp_config={"fsdp_auto_wrap_policy": "SIZE_BASED_WRAP", "fsdp_min_num_params": 1000},
+    )
+    assert_same_weights(sized[0]["weights"], ddp[0]["weights"], atol=1e-5)
+
+
+def test_no_shard_falls_back_to_ddp_with_a_note(ddp_adamw):
+    result = notebook_launch(
+        train_transformer,
+        kwargs=dict(batch_size=8),
+        num_processes=2,
+        timeout=TIMEOUT,
+        **fsdp(fsdp_sharding_strategy="NO_SHARD"),
+    )
+    assert "NO_SHARD shards nothing; training with DDP instead" in result.logs[0]
+    assert result[0]["local_numel"] == result[0]["total_numel"]
+    assert_same_weights(result[0]["weights"], ddp_adamw[0]["weights"], atol=1e-6)
+
+
+# ------------------------------------------------------------------------------ checkpoints
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    folder = str(tmp_path_factory.mktemp("never-written") / "ckpt")
+    return notebook_launch(
+        train_with_checkpoint, args=(folder, None, False), num_processes=2, timeout=TIMEOUT, **fsdp()
+    )[0]
+
+
+@pytest.mark.parametrize("kind", ["SHARDED_STATE_DICT", "FULL_STATE_DICT"])
+def test_checkpoint_saved_on_two_ranks_resumes_on_two_and_on_one(kind, tmp_path, uninterrupted):
+    folder = str(tmp_path / "ckpt")
+    config = fsdp(fsdp_state_dict_type=kind)
+    saved = notebook_launch(
+        train_with_checkpoint, args=(folder, (0, 2), False), num_processes=2, timeout=TIMEOUT, **config
+    )
+    if kind == "SHARDED_STATE_DICT":
+        assert {"pytorch_model_fsdp_0", "optimizer_0"} <= set(saved[0]["files"])
+        assert (
+            len(list((tmp_path / "ckpt" / "pytorch_model_fsdp_0").glob("*.distcp"))) == 2
+        )  # one shard per rank
+    else:
+        assert {"model_0.bin", "optimizer_0.bin"} <= set(saved[0]["files"])
+        full = torch.load(tmp_path / "ckpt" / "model_0.bin", weights_only=True)
+        plain = transformer_model()
+        plain.load_state_dict(full)  # an unsharded state dict any plain model loads
+    on_two = notebook_launch(
+        train_with_checkpoint, args=(folder, (0, 2), True), num_processes=2, timeout=TIMEOUT, **config
+    )
+    on_one = notebook_launch(
+        train_with_checkpoint,
+        args=(folder, (0, 2), True),
+        kwargs=dict(batch_size=16),  # one process, the same 16 samples per step as two processes with 8
+        num_processes=1,
+        timeout=TIMEOUT,
+        **config,
+    )
+    assert_same_weights(on_two[0]["weights"], uninterrupted["weights"], atol=1e-6)
+    assert_same_weights(on_one[0]["weights"], uninterrupted["weights"], atol=1e-5)
+
+
+def test_save_model_writes_the_full_unsharded_weights(tmp_path):
+    result = notebook_launch(
+        train_and_save_model, args=(str(tmp_path / "model"),), num_processes=2, timeout=TIMEOUT, **fsdp()
+    )
+    saved = torch.load(result[0]["path"], weights_only=True)
+    assert_same_weights(saved, result[0]["weights"], atol=0)
+    assert_same_weights(result[1]["weights"], result[0]["weights"], atol=0)
+    assert all(type(t) is torch.Tensor for t in saved.values())  # plain tensors, not DTensor shards
+    transformer_model().load_state_dict(saved)
+
+
+# ------------------------------------------------------------------- what gets wrapped (1 process)
+def test_layers_are_chosen_by_class_name_and_by_size():
+    model = transformer_model()
+    by_class = FSDPConfig(
+        fsdp_auto_wrap_policy="TRANSFORMER_BASED_WRAP", fsdp_transformer_layer_cls_to_wrap=LAYER
+    )
+    assert fsdp_plan.wrapped_names(model, by_class) == ["blocks.0", "blocks.1"]
+    implied = FSDPConfig(fsdp_transformer_layer_cls_to_wrap=f"{LAYER}, Linear")
+    assert fsdp_plan.wrap_policy(implied) == "TRANSFORMER_BASED_WRAP"
+    assert "embed" in fsdp_plan.wrapped_names(model, implied)
+    by_size = FSDPConfig(fsdp_auto_wrap_policy="SIZE_BASED_WRAP", fsdp_min_num_params=1000)
+    assert fsdp_plan.wrapped_names(model, by_size) == [
+        "blocks.0",
+        "blocks.0.self_attn",
+        "blocks.1",
+        "blocks.1.self_attn",
+    ]
+    huge = FSDPConfig(fsdp_auto_wrap_policy="SIZE_BASED_WRAP", fsdp_min_num_params=10**9)
+    assert fsdp_plan.wrapped_names(model, huge) == []
+    assert fsdp_plan.wrapped_names(model, FSDPConfig()) == []  # no policy: the root is the only unit
+    layers = fsdp_plan.layers_to_wrap(model, by_size)
+    assert layers.index(model.blocks[0].self_attn) < layers.index(model.blocks[0])  # inner units first
+
+
+def test_unknown_layer_class_is_an_error_listing_the_models_classes():
+    config = FSDPConfig(fsdp_transformer_layer_cls_to_wrap="GPT2Block")
+    with pytest.raises(ConfigError) as info:
+        fsdp_plan.layers_to_wrap(transformer_model(), config)
+    message = str(info.value)
+    assert "'GPT2Block'" in message and "TinyTransformer" in message
+    for name in ("TransformerEncoderLayer", "MultiheadAttention", "Linear", "LayerNorm"):
+        assert name in message
+
+
+def test_mesh_shapes():
+    assert fsdp_plan.mesh_shape("FULL_SHARD", 8, 4) == (8,)
+    assert fsdp_plan.mesh_shape("HYBRID_SHARD", 8, 4) == (2, 4)  # replicate over 2 machines, shard over 4
+    assert fsdp_plan.mesh_shape("HYBRID_SHARD", 2, 2) == (1, 2)
+    with pytest.raises(ConfigError, match="same number of processes on every machine"):
+        fsdp_plan.mesh_shape("HYBRID_SHARD", 6, 4)
