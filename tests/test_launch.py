@@ -305,3 +305,42 @@ def test_timeout_shows_where_each_hung_rank_was():
     assert "dist.barrier()  # rank 1 never joins" in info.value.stacks[0]
     assert "time.sleep(60)" in info.value.stacks[1]
     assert "where rank 0 was" in str(info.value)
+
+
+def test_in_process_runs_here_with_the_config_and_restores_everything():
+    env = dict(os.environ)
+
+    def here(x):
+        from notebook_launcher import Accelerator
+
+        acc = Accelerator()
+        acc.log({"loss": 1.5}, step=0)
+        return os.getpid(), acc.num_processes, acc.mixed_precision, x
+
+    result = notebook_launch(here, args=(4,), in_process=True, mixed_precision="bf16")
+    assert list(result) == [(os.getpid(), 1, "bf16", 4)]
+    assert result.metrics[0]["loss"] == 1.5 and result.start_method == "in_process"
+    assert dict(os.environ) == env
+
+    def broken():
+        raise KeyError("original")
+
+    with pytest.raises(KeyError, match="original"):
+        notebook_launch(broken, in_process=True)
+    with pytest.raises(ConfigError, match="num_processes=2"):
+        notebook_launch(here, args=(1,), num_processes=2, in_process=True)
+
+
+def test_relaunch_after_failures_works_every_time():
+    def fail_on_rank_one():
+        from notebook_launcher import Accelerator
+
+        acc = Accelerator()
+        if acc.process_index == 1:
+            raise RuntimeError("planned")
+        acc.wait_for_everyone()
+
+    for _ in range(5):
+        with pytest.raises(WorkerError, match="planned"):
+            notebook_launch(fail_on_rank_one, num_processes=2, quiet=True, timeout=30)
+        assert list(notebook_launch(rank_and_world, num_processes=2, quiet=True, timeout=30))[1][0] == 1

@@ -1,6 +1,6 @@
 """What a run is launched with: LaunchConfig, its sections, files and the env contract."""
 
-from .env import CONFIG_ENV, config_from_env, config_to_env, worker_env
+from .env import CONFIG_ENV, config_from_env, config_to_env, patched_environ, worker_env
 from .files import default_config_path, load_config, resolve_config, save_config, to_file_dict
 from .launch_config import DISTRIBUTED_TYPES, MIXED_PRECISIONS, RDZV_BACKENDS, LaunchConfig
 from .sections import DeepSpeedConfig, FSDPConfig
@@ -17,6 +17,7 @@ __all__ = [
     "config_to_env",
     "default_config_path",
     "load_config",
+    "patched_environ",
     "resolve_config",
     "save_config",
     "to_file_dict",

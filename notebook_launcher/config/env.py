@@ -6,9 +6,10 @@ The launcher sets the standard torch variables plus CONFIG_ENV holding the Launc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from .launch_config import LaunchConfig
 
@@ -61,3 +62,18 @@ def worker_env(
     }
     env.update(config_to_env(config))
     return env
+
+
+@contextlib.contextmanager
+def patched_environ(values: Mapping[str, str]) -> Iterator[None]:
+    """Set variables for the duration of the block and restore the previous ones exactly after."""
+    previous = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -13,17 +13,16 @@ duration of the run, because torchrun's workers inherit this process's environme
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
 import socket
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import LaunchConfig, config_to_env, to_file_dict
+from ..config import LaunchConfig, config_to_env, patched_environ, to_file_dict
 from ..errors import ConfigError
 
 BOOTSTRAP = "notebook_launcher.launch.cli_bootstrap"
@@ -158,21 +157,6 @@ def describe_plan(plan: RunPlan, source: str) -> str:
     shown = {k: v for k, v in plan.env.items() if k != "NOTEBOOK_LAUNCHER_LAUNCH_CONFIG"}
     lines.append("worker environment: " + " ".join(f"{k}={v}" for k, v in sorted(shown.items())))
     return "\n".join(lines)
-
-
-@contextlib.contextmanager
-def patched_environ(values: Mapping[str, str]) -> Iterator[None]:
-    """Set variables for the duration of the block and restore the previous ones after."""
-    previous = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def _quiet_elastic_logs(level: int) -> None:

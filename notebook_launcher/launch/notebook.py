@@ -100,6 +100,33 @@ def _result(supervisor: Supervisor, plan: LaunchPlan) -> LaunchResult:
     )
 
 
+def _plan_and_watchers(fn, args, kwargs, options: dict[str, Any], config_overrides: dict[str, Any]):
+    """The shared front half of notebook_launch and start_launch: plan the run, pick observers."""
+    say = (lambda _msg: None) if options["quiet"] else print
+    overrides = dict(
+        mixed_precision=options["mixed_precision"],
+        num_machines=options["num_nodes"],
+        machine_rank=options["node_rank"],
+        main_process_ip=options["master_addr"],
+        main_process_port=options["master_port"],
+        **config_overrides,
+    )
+    plan = _prepare(
+        fn,
+        args,
+        kwargs,
+        num_processes=options["num_processes"],
+        config=options["config"],
+        start_method=options["start_method"],
+        timeout=options["timeout"],
+        say=say,
+        overrides=overrides,
+    )
+    observers = list(options["observers"])
+    watchers = observers if options["quiet"] else [CellPrinter(options["show_ranks"]), *observers]
+    return plan, watchers
+
+
 def notebook_launch(
     fn: Callable[..., Any],
     args: Sequence[Any] = (),
@@ -118,6 +145,7 @@ def notebook_launch(
     quiet: bool = False,
     observers: Sequence[Callable[[Any], None]] = (),
     poll_hooks: Sequence[Callable[[], Any]] = (),
+    in_process: bool = False,
     **config_overrides: Any,
 ) -> LaunchResult:
     """Run `fn(*args, **kwargs)` on `num_processes` worker processes of this machine and return every
@@ -131,31 +159,29 @@ def notebook_launch(
     num_processes counts processes on this machine (as in Accelerate's notebook_launcher); with
     num_nodes=M the world has num_processes * M ranks. Other keyword arguments are LaunchConfig
     fields (gradient_accumulation_steps, distributed_type, seed, fsdp_config, ...).
+
+    in_process=True (with num_processes=1) runs fn right here, as rank 0 of a world of one: the
+    original exception propagates, so `%debug` lands in your frame.
     """
-    say = (lambda _msg: None) if quiet else print
-    overrides = dict(
-        mixed_precision=mixed_precision,
-        num_machines=num_nodes,
-        machine_rank=node_rank,
-        main_process_ip=master_addr,
-        main_process_port=master_port,
-        **config_overrides,
-    )
-    plan = _prepare(
-        fn,
-        args,
-        kwargs,
-        num_processes=num_processes,
-        config=config,
-        start_method=start_method,
-        timeout=timeout,
-        say=say,
-        overrides=overrides,
-    )
-    watchers = list(observers) if quiet else [CellPrinter(show_ranks), *observers]
+    if in_process:
+        return _launch_in_process(fn, args, kwargs, num_processes, config, mixed_precision, config_overrides)
+    plan, watchers = _plan_and_watchers(fn, args, kwargs, locals(), config_overrides)
     supervisor = Supervisor(plan, watchers, poll_hooks)
     supervisor.run()
     return _result(supervisor, plan)
+
+
+def _launch_in_process(fn, args, kwargs, num_processes, config, mixed_precision, overrides) -> LaunchResult:
+    from .in_process import run_in_process
+
+    if num_processes not in (None, 1):
+        raise ConfigError(
+            f"in_process=True runs one rank in this process; num_processes={num_processes!r} must be 1 or unset."
+        )
+    if not callable(fn):
+        raise ConfigError(f"notebook_launch needs a function to run; got {type(fn).__name__} {fn!r}.")
+    cfg = planning.build_config(config, dict(mixed_precision=mixed_precision, **overrides))
+    return run_in_process(fn, tuple(args), dict(kwargs or {}), cfg.replace(num_processes=1, num_machines=1))
 
 
 class RunHandle:
@@ -210,6 +236,10 @@ def start_launch(
     config: Any = None,
     start_method: str = "auto",
     timeout: float | None = None,
+    num_nodes: int | None = None,
+    node_rank: int | None = None,
+    master_addr: str | None = None,
+    master_port: int | None = None,
     show_ranks: int | Iterable[int] | None = None,
     quiet: bool = False,
     observers: Sequence[Callable[[Any], None]] = (),
@@ -217,17 +247,5 @@ def start_launch(
     **config_overrides: Any,
 ) -> RunHandle:
     """Like notebook_launch, but returns at once with a RunHandle (wait(), stop(), done, result)."""
-    say = (lambda _msg: None) if quiet else print
-    plan = _prepare(
-        fn,
-        args,
-        kwargs,
-        num_processes=num_processes,
-        config=config,
-        start_method=start_method,
-        timeout=timeout,
-        say=say,
-        overrides=dict(mixed_precision=mixed_precision, **config_overrides),
-    )
-    watchers = list(observers) if quiet else [CellPrinter(show_ranks), *observers]
+    plan, watchers = _plan_and_watchers(fn, args, kwargs, locals(), config_overrides)
     return RunHandle(plan, watchers, poll_hooks)

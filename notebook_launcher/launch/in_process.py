@@ -1,0 +1,56 @@
+"""Run the function in the calling process as rank 0 of a world of one (debugging, `%debug`).
+
+Asked for with `notebook_launch(fn, num_processes=1, in_process=True)`: the exception is the
+original one (so a debugger lands in the user's frame), output goes straight to the cell, and the
+environment and runtime state are restored afterwards so the kernel is left as it was.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..config import LaunchConfig, patched_environ, worker_env
+from .result import LaunchResult
+
+
+def run_in_process(fn: Callable[..., Any], args: tuple, kwargs: dict, config: LaunchConfig) -> LaunchResult:
+    from ..runtime import reset_state, telemetry
+
+    env = worker_env(
+        rank=0,
+        local_rank=0,
+        world_size=1,
+        local_world_size=1,
+        group_rank=0,
+        master_addr="127.0.0.1",
+        master_port=0,
+        config=config,
+    )
+    metrics: list[dict[str, Any]] = []
+
+    def sink(kind: str, payload: dict[str, Any]) -> None:
+        if kind == "metric":
+            metrics.append(
+                {"rank": 0, "step": payload.get("step"), "time": payload["time"], **payload["values"]}
+            )
+
+    start = time.monotonic()
+    reset_state()
+    telemetry.set_sink(sink)
+    try:
+        with patched_environ(env):
+            value = fn(*args, **kwargs)
+    finally:
+        telemetry.set_sink(None)
+        reset_state()
+    return LaunchResult(
+        [value],
+        ranks=[0],
+        logs={0: ""},
+        metrics=metrics,
+        duration=time.monotonic() - start,
+        start_method="in_process",
+        world_size=1,
+    )
