@@ -8,9 +8,7 @@ the other ranks sit in a collective, and Ctrl-C / the notebook's stop button lan
 from __future__ import annotations
 
 import collections
-import linecache
 import os
-import re
 import selectors
 import signal
 import time
@@ -23,6 +21,7 @@ from . import channel
 from .events import MetricLogged, OutputLine, ProgressUpdate, RunFinished, RunStarted
 from .forksafety import HelperProcesses, release_openmp_threads
 from .result import LaunchStopped, LaunchTimeout, RankFailure, RunRecord, WorkerError
+from .stacks import with_source_lines
 from .worker import STACK_DUMP_SIGNAL, WorkerSpec, run_worker
 
 GRACE_SECONDS = 3.0
@@ -199,7 +198,8 @@ class Supervisor:
         marks = getattr(self, "_stack_marks", {})
         by_rank = {w.rank: w for w in self.workers}
         return {
-            rank: _with_source("\n".join(list(by_rank[rank].lines)[mark:])) for rank, mark in marks.items()
+            rank: with_source_lines("\n".join(list(by_rank[rank].lines)[mark:]))
+            for rank, mark in marks.items()
         }
 
     def _poll_requested_stop(self) -> bool:
@@ -396,23 +396,6 @@ class Supervisor:
                 import warnings
 
                 warnings.warn(f"Observer {observer!r} raised {exc!r} and was detached.", stacklevel=2)
-
-
-_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+) in (?P<func>.+)$')
-
-
-def _with_source(dump: str) -> str:
-    """faulthandler prints file and line only; add the source line (works for notebook cells too,
-    whose source the kernel keeps in linecache)."""
-    out = []
-    for line in dump.splitlines():
-        out.append(line)
-        match = _FRAME.match(line)
-        if match:
-            source = linecache.getline(match["file"], int(match["line"])).strip()
-            if source:
-                out.append(f"    {source}")
-    return "\n".join(out)
 
 
 def _signal(process: Any, signum: int) -> None:
