@@ -105,6 +105,9 @@ def train_transformer(
 
 
 def _local_numel(p: torch.Tensor) -> int:
+    """Elements this rank holds: an FSDP DTensor's shard, a ZeRO-3 partition, or the whole tensor."""
+    if hasattr(p, "ds_tensor"):
+        return p.ds_tensor.numel()
     to_local = getattr(p, "to_local", None)
     return to_local().numel() if to_local is not None else p.numel()
 
@@ -164,3 +167,24 @@ def train_and_save_model(folder: str, **accelerator_kwargs) -> dict:
     weights = acc.get_state_dict(model)
     acc.end_training()
     return {"path": str(path), "weights": weights}
+
+
+def train_seed_model(batch_size: int, accumulation: int = 1, epochs: int = 3, lr: float = 0.05) -> dict:
+    """tests/trainers.py's regression loop (the seed model, SGD), returning get_state_dict()."""
+    from trainers import regression_data, regression_model
+
+    set_seed(7)
+    acc = Accelerator(gradient_accumulation_steps=accumulation)
+    model = regression_model()
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    loader = DataLoader(regression_data(), batch_size=batch_size)
+    model, opt, loader = acc.prepare(model, opt, loader)
+    for _ in range(epochs):
+        for x, y in loader:
+            with acc.accumulate(model):
+                acc.backward(nn.functional.mse_loss(model(x), y))
+                opt.step()
+                opt.zero_grad()
+    weights = acc.get_state_dict(model)
+    acc.end_training()
+    return weights

@@ -1,0 +1,149 @@
+"""DeepSpeed ZeRO 1/2/3 through notebook_launch on 2 CPU processes (gloo, DeepSpeed's CPU accelerator).
+
+Tolerances (fp32): per-step losses equal DDP's within 1e-5 (AdamW, clipping at 0.5); with SGD the
+weights equal the one-process reference within 1e-5. (AdamW weights differ more, ~1e-3: ZeRO sums
+gradients in another order, and Adam turns the rounding noise of the attention key bias, whose true
+gradient is zero, into full-size steps.) Skipped, with the reason, where DeepSpeed cannot be imported.
+"""
+
+import json
+
+import pytest
+import torch
+from sharding_trainers import (
+    train_and_save_model,
+    train_seed_model,
+    train_transformer,
+    train_with_checkpoint,
+    transformer_model,
+)
+from trainers import reference_weights
+
+from notebook_launcher import notebook_launch
+
+try:  # imported once here so forked workers inherit it (DeepSpeed's first import costs ~10 s per process)
+    import deepspeed  # noqa: F401
+    import deepspeed.runtime.zero.muon.muon_optimizer  # noqa: F401  (pulls torch._inductor in)
+except Exception as exc:  # pragma: no cover - depends on the machine
+    pytest.skip(
+        f"DeepSpeed cannot be imported here, so these tests cannot run: {exc!r}", allow_module_level=True
+    )
+
+TIMEOUT = 300
+
+
+def zero(stage: int, **fields) -> dict:
+    return dict(distributed_type="DEEPSPEED", deepspeed_config={"zero_stage": stage, **fields})
+
+
+def assert_same_weights(got, want, atol):
+    assert got.keys() == want.keys()
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], atol=atol, rtol=0, msg=f"parameter {name} differs")
+
+
+@pytest.fixture(scope="module")
+def ddp():
+    return notebook_launch(train_transformer, kwargs=dict(batch_size=8), num_processes=2, timeout=TIMEOUT)
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_zero_stage_matches_ddp_loss_on_the_transformer(stage, ddp):
+    result = notebook_launch(
+        train_transformer,
+        kwargs=dict(batch_size=8),
+        num_processes=2,
+        timeout=TIMEOUT,
+        **zero(stage, gradient_clipping=0.5),
+    )
+    assert result[0]["losses"] == pytest.approx(ddp[0]["losses"], abs=1e-5)
+    assert_same_weights(result[1]["weights"], result[0]["weights"], atol=0)  # every rank gets full weights
+    assert_same_weights(result[0]["weights"], ddp[0]["weights"], atol=5e-3)
+    total, local = result[0]["total_numel"], [result[r]["local_numel"] for r in (0, 1)]
+    if stage == 3:  # parameters themselves are partitioned
+        assert sum(local) >= total and all(n <= 0.55 * total for n in local), (local, total)
+    else:
+        assert local == [total, total]
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_zero_stage_trains_the_seed_model_to_the_reference_weights(stage):
+    result = notebook_launch(
+        train_seed_model, kwargs=dict(batch_size=8), num_processes=2, timeout=TIMEOUT, **zero(stage)
+    )
+    want = reference_weights(batch_size=16)
+    assert_same_weights(result[0], want, atol=1e-5)
+
+
+def test_accumulation_equals_the_larger_batch():
+    accumulated = notebook_launch(
+        train_seed_model,
+        kwargs=dict(batch_size=8, accumulation=2),
+        num_processes=2,
+        timeout=TIMEOUT,
+        **zero(2),
+    )
+    assert_same_weights(accumulated[0], reference_weights(batch_size=32), atol=1e-5)
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_save_state_and_load_state_round_trip(stage, tmp_path):
+    folder = str(tmp_path / "ckpt")
+    config = zero(stage)
+    whole = notebook_launch(
+        train_with_checkpoint, args=(folder, None, False), num_processes=2, timeout=TIMEOUT, **config
+    )
+    saved = notebook_launch(
+        train_with_checkpoint, args=(folder, (0, 2), False), num_processes=2, timeout=TIMEOUT, **config
+    )
+    assert "deepspeed" in saved[0]["files"]  # the engine's own checkpoint folder
+    resumed = notebook_launch(
+        train_with_checkpoint, args=(folder, (0, 2), True), num_processes=2, timeout=TIMEOUT, **config
+    )
+    assert_same_weights(resumed[0]["weights"], whole[0]["weights"], atol=1e-6)
+
+
+ACCELERATE_STYLE_DS_CONFIG = {
+    "fp16": {"enabled": "auto"},
+    "bf16": {"enabled": "auto"},
+    "zero_optimization": {
+        "stage": 2,
+        "overlap_comm": True,
+        "contiguous_gradients": True,
+        "reduce_bucket_size": "auto",
+        "offload_optimizer": {"device": "none"},
+    },
+    "gradient_accumulation_steps": "auto",
+    "gradient_clipping": "auto",
+    "train_batch_size": "auto",
+    "train_micro_batch_size_per_gpu": "auto",
+    "steps_per_print": 2000,
+    "wall_clock_breakdown": False,
+}
+
+
+def test_a_ds_config_json_file_with_auto_values_trains_like_ddp(tmp_path):
+    path = tmp_path / "ds_config.json"
+    path.write_text(json.dumps(ACCELERATE_STYLE_DS_CONFIG, indent=2))
+    kwargs = dict(batch_size=8, clip=None)
+    ddp = notebook_launch(train_transformer, kwargs=kwargs, num_processes=2, timeout=TIMEOUT)
+    result = notebook_launch(
+        train_transformer,
+        kwargs=kwargs,
+        num_processes=2,
+        timeout=TIMEOUT,
+        distributed_type="DEEPSPEED",
+        deepspeed_config={"deepspeed_config_file": str(path)},
+    )
+    assert result[0]["losses"] == pytest.approx(ddp[0]["losses"], abs=1e-5)
+
+
+def test_zero3_save_model_gathers_the_full_weights(tmp_path):
+    result = notebook_launch(
+        train_and_save_model, args=(str(tmp_path / "model"),), num_processes=2, timeout=TIMEOUT, **zero(3)
+    )
+    saved = torch.load(result[0]["path"], weights_only=True)
+    assert_same_weights(saved, result[0]["weights"], atol=0)
+    plain = transformer_model()
+    assert {k: v.shape for k, v in saved.items()} == {k: v.shape for k, v in plain.state_dict().items()}
+    plain.load_state_dict(saved)
