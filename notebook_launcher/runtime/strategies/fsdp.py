@@ -22,6 +22,7 @@ parameters by name (it must not have stepped yet). An optimizer created after pr
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,9 @@ class FSDPStrategy(Strategy):
         self._new_params: dict[int, nn.Parameter] = {}  # id(parameter before sharding) -> sharded one
         self._optimizers: list[torch.optim.Optimizer] = []
         _report_inert_settings(state, self.fsdp)
+        # FSDP2 warns whenever the root returns a view (any Linear on a 3-D batch does); only in-place
+        # edits of the model's output would be affected, which training loops do not do.
+        warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
         if precision.scaler is not None:
             precision.scaler = _sharded_scaler(precision.scaler)
 
