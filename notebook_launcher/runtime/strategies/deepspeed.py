@@ -20,6 +20,7 @@ import contextlib
 import importlib
 import logging
 import os
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -94,7 +95,7 @@ class DeepSpeedStrategy(Strategy):
             os.environ.setdefault("DS_ACCELERATOR", "cpu")  # this worker only; CPU even on a GPU machine
         self.deepspeed = import_deepspeed()
         if not config.debug:
-            logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
+            _quiet_known_noise()
         ensure_process_group(state)
         precision.scaler = None
         self.engine: Any = None
@@ -286,3 +287,25 @@ def _is_scheduler(obj: Any) -> bool:
     if isinstance(obj, (nn.Module, torch.optim.Optimizer, DataLoader)):
         return False
     return hasattr(obj, "step") and isinstance(getattr(obj, "optimizer", None), torch.optim.Optimizer)
+
+
+class _DropMessages(logging.Filter):
+    def __init__(self, *fragments: str) -> None:
+        super().__init__()
+        self.fragments = fragments
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(f in record.getMessage() for f in self.fragments)
+
+
+def _quiet_known_noise() -> None:
+    """In this worker only: DeepSpeed's info lines, the warning about the client optimizer we allow on
+    purpose, and torch's deprecation notice for collectives DeepSpeed calls on every step."""
+    logger = logging.getLogger("DeepSpeed")
+    logger.setLevel(logging.WARNING)
+    logger.addFilter(_DropMessages("untested optimizer"))
+    warnings.filterwarnings(
+        "ignore",
+        message=r"`torch\.distributed\.(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated",
+        category=FutureWarning,
+    )
