@@ -3,6 +3,9 @@
 import os
 import signal
 import socket
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -344,3 +347,34 @@ def test_relaunch_after_failures_works_every_time():
         with pytest.raises(WorkerError, match="planned"):
             notebook_launch(fail_on_rank_one, num_processes=2, quiet=True, timeout=30)
         assert list(notebook_launch(rank_and_world, num_processes=2, quiet=True, timeout=30))[1][0] == 1
+
+
+def test_unpicklable_global_used_by_the_function_is_named():
+    code = textwrap.dedent(
+        """
+        import threading
+        from notebook_launcher import notebook_launch, ConfigError
+        LOCK = threading.Lock()
+        def uses_lock():
+            with LOCK:
+                return 1
+        try:
+            notebook_launch(uses_lock, num_processes=1, start_method="spawn")
+        except ConfigError as exc:
+            print("MESSAGE", exc)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "the variable 'LOCK' that uses_lock uses" in out.stdout, out.stdout + out.stderr
+
+
+def test_spawn_in_an_unguarded_script_explains_the_main_guard(tmp_path):
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from notebook_launcher import notebook_launch, WorkerError\n"
+        "def f():\n    return 1\n"
+        "try:\n    notebook_launch(f, num_processes=1, start_method='spawn', timeout=60)\n"
+        "except WorkerError as exc:\n    print('MESSAGE', exc)\n"
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert 'if __name__ == "__main__":' in out.stdout, out.stdout + out.stderr

@@ -15,7 +15,7 @@ from typing import Any
 
 import cloudpickle
 
-RESULT, ERROR, METRIC, PROGRESS = "result", "error", "metric", "progress"
+RESULT, ERROR, METRIC, PROGRESS, STARTED = "result", "error", "metric", "progress", "started"
 
 # Failures that are the symptom of another rank dying (its peer connection closed), not a cause.
 _SECONDARY_TYPES = ("DistBackendError", "DistNetworkError")
@@ -36,6 +36,9 @@ class WorkerChannel:
 
     def _send(self, kind: str, payload: Any) -> None:
         self.conn.send_bytes(pickle.dumps((kind, payload), protocol=pickle.HIGHEST_PROTOCOL))
+
+    def send_started(self) -> None:
+        self._send(STARTED, None)
 
     def send_result(self, value: Any) -> None:
         self._send(RESULT, cloudpickle.dumps(value))

@@ -189,5 +189,24 @@ def _find_unpicklable(items: dict[str, Any]) -> str | None:
         try:
             cloudpickle.dumps(value)
         except Exception as exc:
-            return f"{name} ({type(value).__name__}: {exc})"
+            inner = _unpicklable_capture(value) if callable(value) else None
+            return inner or f"{name} ({type(value).__name__}: {exc})"
+    return None
+
+
+def _unpicklable_capture(fn: Any) -> str | None:
+    """For a function that will not pickle: the global or closure variable it uses that will not."""
+    import cloudpickle
+
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return None
+    names = {name: fn.__globals__[name] for name in code.co_names if name in getattr(fn, "__globals__", {})}
+    cells = zip(code.co_freevars, fn.__closure__ or (), strict=False)
+    names.update({name: cell.cell_contents for name, cell in cells})
+    for name, value in names.items():
+        try:
+            cloudpickle.dumps(value)
+        except Exception as exc:
+            return f"the variable {name!r} that {getattr(fn, '__name__', 'the function')} uses ({type(value).__name__}: {exc})"
     return None

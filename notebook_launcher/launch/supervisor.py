@@ -28,6 +28,12 @@ GRACE_SECONDS = 3.0
 POLL_SECONDS = 0.05
 MAX_LOG_LINES = 200_000
 STACK_DUMP_SECONDS = 0.5
+STARTUP_HINT = (
+    "The worker died while starting, before your function ran (its own message went to this process's "
+    "terminal, not the notebook). With start_method='spawn' in a script, every worker re-imports the "
+    'script: put the launch under `if __name__ == "__main__":`. Otherwise check that the script\'s '
+    "imports work in a fresh interpreter."
+)
 
 
 @dataclass
@@ -54,6 +60,7 @@ class _Worker:
     partial: dict[str, bytes] = field(default_factory=lambda: {"stdout": b"", "stderr": b""})
     lines: collections.deque = field(default_factory=lambda: collections.deque(maxlen=MAX_LOG_LINES))
     exited: bool = False
+    started: bool = False  # reached our worker code (a spawned child can die while bootstrapping)
     reported: bool = False  # sent a result or an error
 
 
@@ -250,7 +257,9 @@ class Supervisor:
             self._unregister(fd)
             worker.msg.close()
             return
-        if kind == channel.RESULT:
+        if kind == channel.STARTED:
+            worker.started = True
+        elif kind == channel.RESULT:
             self.record.values[worker.rank] = channel.load_pickled(payload)
             worker.reported = True
         elif kind == channel.ERROR:
@@ -308,6 +317,8 @@ class Supervisor:
         if worker.rank in self.stopped_by_us or (code == 0 and worker.reported):
             return
         tail = "\n".join(list(worker.lines)[-20:])
+        if not worker.started and self.plan.start_method != "fork":
+            tail = (tail + "\n" if tail else "") + STARTUP_HINT
         self.record.failures.append(
             RankFailure(rank=worker.rank, exitcode=code, time=time.monotonic(), output_tail=tail)
         )

@@ -79,6 +79,7 @@ def run_worker(
     from .channel import WorkerChannel
 
     channel = WorkerChannel(msg_conn)
+    channel.send_started()
     exit_code = 0
     try:
         if spec.threads is not None:

@@ -91,12 +91,21 @@ def get_state(
         world_size, rank = dist.get_world_size(), dist.get_rank()
     elif world_size > 1:
         backend = "nccl" if device.type == "cuda" else "gloo"
+        if device.type == "cuda" and local_world > torch.cuda.device_count():
+            # NCCL refuses two ranks on one GPU; gloo runs them (slower), which is what a user
+            # asking for more processes than GPUs on one machine wants for a test run.
+            backend = "gloo"
+            if local_rank == 0:
+                print(
+                    f"notebook_launcher: {local_world} processes share {torch.cuda.device_count()} GPU(s); "
+                    "using the gloo backend because NCCL cannot put two ranks on one GPU."
+                )
         if device.type == "cuda":
             torch.cuda.set_device(device)
         kwargs = {"backend": backend, "rank": rank, "world_size": world_size}
         if timeout is not None:
             kwargs["timeout"] = timeout
-        if device.type == "cuda":
+        if backend == "nccl":
             kwargs["device_id"] = device
         dist.init_process_group(**kwargs)
         owns = True
