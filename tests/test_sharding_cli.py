@@ -1,0 +1,91 @@
+"""FSDP and DeepSpeed from the shell: `notebook-launcher launch` with the flags and files users bring."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+from test_cli_helpers import explain, run_cli
+
+TRAIN = """
+import sys, torch
+from torch import nn
+from notebook_launcher import Accelerator
+accelerator = Accelerator()
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(16, 32), nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True),
+                      nn.Linear(32, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+model, optimizer = accelerator.prepare(model, optimizer)
+g = torch.Generator().manual_seed(accelerator.process_index)
+for _ in range(3):
+    x = torch.randn(4, 8, 16, generator=g)
+    loss = model(x).float().pow(2).mean()
+    accelerator.backward(loss); optimizer.step(); optimizer.zero_grad()
+accelerator.save_state(sys.argv[1])
+full = accelerator.get_state_dict(model)
+print(f"trained rank={accelerator.process_index} type={accelerator.distributed_type} "
+      f"params={sum(v.numel() for v in full.values())} loss={loss.item():.6f}")
+accelerator.end_training()
+"""
+
+
+@pytest.mark.slow
+def test_fsdp_flags_with_sharded_checkpoints(tmp_path):
+    (tmp_path / "train.py").write_text(TRAIN)
+    result = run_cli(
+        [
+            "launch",
+            "--use_fsdp",
+            "--fsdp_transformer_layer_cls_to_wrap",
+            "TransformerEncoderLayer",
+            "--fsdp_state_dict_type",
+            "SHARDED_STATE_DICT",
+            "--num_processes",
+            "2",
+            "train.py",
+            str(tmp_path / "ckpt"),
+        ],
+        cwd=tmp_path,
+        timeout=180,
+    )
+    assert result.returncode == 0, explain(result)
+    assert "trained rank=0 type=FSDP" in result.stdout and "trained rank=1 type=FSDP" in result.stdout
+    shards = sorted(p.name for p in (tmp_path / "ckpt" / "pytorch_model_fsdp_0").glob("*.distcp"))
+    assert shards == ["__0_0.distcp", "__1_0.distcp"], explain(result)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not installed")
+def test_deepspeed_json_file_through_the_cli(tmp_path):
+    (tmp_path / "train.py").write_text(TRAIN)
+    (tmp_path / "ds_config.json").write_text(
+        json.dumps(
+            {
+                "zero_optimization": {"stage": 3},
+                "train_micro_batch_size_per_gpu": "auto",
+                "gradient_accumulation_steps": "auto",
+                "gradient_clipping": "auto",
+                "bf16": {"enabled": "auto"},
+            }
+        )
+    )
+    result = run_cli(
+        [
+            "launch",
+            "--deepspeed",
+            "ds_config.json",
+            "--num_processes",
+            "2",
+            "train.py",
+            str(tmp_path / "ckpt"),
+        ],
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert result.returncode == 0, explain(result)
+    lines = [line for line in result.stdout.splitlines() if "trained rank=" in line]
+    assert len(lines) == 2 and all("type=DEEPSPEED" in line for line in lines), explain(result)
+    assert {line.split("params=")[1].split()[0] for line in lines} == {"9121"}  # full (gathered) weights
+    assert (tmp_path / "ckpt" / "deepspeed").is_dir()
