@@ -169,7 +169,9 @@ def train_and_save_model(folder: str, **accelerator_kwargs) -> dict:
     return {"path": str(path), "weights": weights}
 
 
-def train_seed_model(batch_size: int, accumulation: int = 1, epochs: int = 3, lr: float = 0.05) -> dict:
+def train_seed_model(
+    batch_size: int, accumulation: int = 1, epochs: int = 3, lr: float = 0.05, scheduler: bool = False
+) -> dict:
     """tests/trainers.py's regression loop (the seed model, SGD), returning get_state_dict()."""
     from trainers import regression_data, regression_model
 
@@ -178,12 +180,17 @@ def train_seed_model(batch_size: int, accumulation: int = 1, epochs: int = 3, lr
     model = regression_model()
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     loader = DataLoader(regression_data(), batch_size=batch_size)
-    model, opt, loader = acc.prepare(model, opt, loader)
+    objects = [model, opt, loader]
+    if scheduler:
+        objects.append(torch.optim.lr_scheduler.StepLR(opt, step_size=4, gamma=0.5))
+    model, opt, loader, *sched = acc.prepare(*objects)
     for _ in range(epochs):
         for x, y in loader:
             with acc.accumulate(model):
                 acc.backward(nn.functional.mse_loss(model(x), y))
                 opt.step()
+                for s in sched:
+                    s.step()
                 opt.zero_grad()
     weights = acc.get_state_dict(model)
     acc.end_training()

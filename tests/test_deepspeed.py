@@ -86,6 +86,18 @@ def test_accumulation_equals_the_larger_batch():
     assert_same_weights(accumulated[0], reference_weights(batch_size=32), atol=1e-5)
 
 
+@pytest.mark.parametrize("stage", [1, 3])
+def test_a_learning_rate_scheduler_reaches_the_engine(stage):
+    kwargs = dict(batch_size=8, scheduler=True)
+    ddp = notebook_launch(train_seed_model, kwargs=kwargs, num_processes=2, timeout=TIMEOUT)
+    deep = notebook_launch(train_seed_model, kwargs=kwargs, num_processes=2, timeout=TIMEOUT, **zero(stage))
+    unscheduled = reference_weights(batch_size=16)
+    assert_same_weights(deep[0], ddp[0], atol=1e-5)
+    assert not torch.allclose(
+        deep[0]["0.weight"], unscheduled["0.weight"], atol=1e-3
+    )  # the schedule mattered
+
+
 @pytest.mark.parametrize("stage", [2, 3])
 def test_save_state_and_load_state_round_trip(stage, tmp_path):
     folder = str(tmp_path / "ckpt")
