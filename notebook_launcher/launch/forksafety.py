@@ -55,7 +55,9 @@ class HelperProcesses:
 
     @staticmethod
     def _is_running(helper: object) -> bool:
-        return getattr(helper, "_fd", None) is not None or getattr(helper, "_forkserver_pid", None) is not None
+        return (
+            getattr(helper, "_fd", None) is not None or getattr(helper, "_forkserver_pid", None) is not None
+        )
 
     def stop_new(self) -> None:
         for helper, was_running in zip(self._helpers, self._running_before, strict=True):

@@ -14,7 +14,9 @@ from .result import LaunchResult
 
 
 @functools.wraps(_notebook_launch)
-def notebook_launch(fn: Any, args: Any = (), kwargs: Any = None, *, view: Any = False, **options: Any) -> LaunchResult:
+def notebook_launch(
+    fn: Any, args: Any = (), kwargs: Any = None, *, view: Any = False, **options: Any
+) -> LaunchResult:
     if not view:
         return _notebook_launch(fn, args, kwargs, **options)
     if view is True:

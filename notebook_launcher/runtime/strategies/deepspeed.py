@@ -32,6 +32,7 @@ from torch.utils.data import DataLoader
 from ...errors import AcceleratorError, ConfigError
 from .base import Strategy
 from .deepspeed_config import EngineConfig, build_engine_config
+from .deepspeed_offload import optimizer_for_offload
 from .process_group import ensure_process_group
 
 CHECKPOINT_TAG = "deepspeed"
@@ -159,7 +160,7 @@ class DeepSpeedStrategy(Strategy):
         self.precision.wrap_forward(model)
         engine, *_ = self.deepspeed.initialize(
             model=model,
-            optimizer=optimizer,
+            optimizer=optimizer_for_offload(optimizer, engine_config.config),
             model_parameters=None if optimizer is not None else model.parameters(),
             config=engine_config.config,
             dist_init_required=False,
