@@ -159,3 +159,27 @@ def test_zero3_save_model_gathers_the_full_weights(tmp_path):
     plain = transformer_model()
     assert {k: v.shape for k, v in saved.items()} == {k: v.shape for k, v in plain.state_dict().items()}
     plain.load_state_dict(saved)
+
+
+def inner_optimizer_type() -> str:
+    from notebook_launcher import Accelerator
+
+    acc = Accelerator()
+    model = transformer_model()
+    model, opt = acc.prepare(model, torch.optim.AdamW(model.parameters(), lr=1e-3))
+    name = type(model.optimizer.optimizer).__name__  # the engine's ZeRO optimizer wraps this one
+    acc.end_training()
+    return name
+
+
+@pytest.mark.slow  # the first use on a machine compiles DeepSpeed's CPU Adam (~2.5 min), then ~10 s
+def test_optimizer_offload_runs_adamw_as_deepspeed_cpu_adam_and_matches_ddp(ddp):
+    offload = zero(2, offload_optimizer_device="cpu", gradient_clipping=0.5)
+    assert (
+        notebook_launch(inner_optimizer_type, num_processes=2, timeout=TIMEOUT, **offload)[0]
+        == "DeepSpeedCPUAdam"
+    )
+    result = notebook_launch(
+        train_transformer, kwargs=dict(batch_size=8), num_processes=2, timeout=TIMEOUT, **offload
+    )
+    assert result[0]["losses"] == pytest.approx(ddp[0]["losses"], abs=1e-5)
