@@ -3,6 +3,7 @@ blocks, trained through the Accelerator (launched with notebook_launch) or with 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
@@ -75,8 +76,14 @@ def train_transformer(
     clip: float | None = 0.5,
     optimizer_after_prepare: bool = False,
     optimizer: str = "adamw",
+    pretend_machines: int = 1,
 ) -> dict:
-    """The same loop through the Accelerator; returns full weights, losses and the local shard size."""
+    """The same loop through the Accelerator; returns full weights, losses and the local shard size.
+
+    pretend_machines=2 makes this worker believe its 2 processes sit on 2 machines (one each), so
+    HYBRID_SHARD builds a (2, 1) mesh: replicate across the "machines", shard within each."""
+    if pretend_machines > 1:
+        os.environ["LOCAL_WORLD_SIZE"] = str(int(os.environ["WORLD_SIZE"]) // pretend_machines)
     set_seed(7)
     acc = Accelerator(gradient_accumulation_steps=accumulation)
     model = transformer_model()
@@ -87,6 +94,7 @@ def train_transformer(
     else:
         model, opt, loader = acc.prepare(model, _optimizer(model.parameters(), lr, optimizer), loader)
     local = sum(_local_numel(p) for p in model.parameters())
+    mesh = getattr(getattr(acc.strategy, "_mesh", None), "shape", None)
     losses = []
     for _ in range(epochs):
         for x, y in loader:
@@ -101,7 +109,7 @@ def train_transformer(
     weights = acc.get_state_dict(model)
     total = sum(v.numel() for v in weights.values())
     acc.end_training()
-    return {"weights": weights, "losses": losses, "local_numel": local, "total_numel": total}
+    return {"weights": weights, "losses": losses, "local_numel": local, "total_numel": total, "mesh": mesh}
 
 
 def _local_numel(p: torch.Tensor) -> int:

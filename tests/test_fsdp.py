@@ -61,6 +61,19 @@ def test_fsdp_trains_to_ddp_weights(settings, ddp_adamw):
     assert result[0]["losses"] == pytest.approx(ddp_adamw[0]["losses"], abs=1e-6)
 
 
+def test_hybrid_shard_replicates_across_machines_and_shards_within(ddp_adamw):
+    result = notebook_launch(
+        train_transformer,
+        kwargs=dict(batch_size=8, pretend_machines=2),  # 2 "machines" of 1 process: a (2, 1) mesh
+        num_processes=2,
+        timeout=TIMEOUT,
+        **fsdp(fsdp_sharding_strategy="HYBRID_SHARD"),
+    )
+    assert tuple(result[0]["mesh"]) == (2, 1)
+    assert result[0]["local_numel"] == result[0]["total_numel"]  # nothing to shard within one process
+    assert_same_weights(result[0]["weights"], ddp_adamw[0]["weights"], atol=1e-6)
+
+
 def test_optimizer_created_after_prepare_works_too(ddp_adamw):
     result = notebook_launch(
         train_transformer,
