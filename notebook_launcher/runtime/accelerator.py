@@ -7,10 +7,8 @@ notebook_launch, the CLI, or nothing at all for a plain single process); explici
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -19,7 +17,7 @@ from torch.utils.data import DataLoader
 
 from ..config import LaunchConfig, config_from_env
 from ..errors import AcceleratorError, ConfigError
-from . import checkpoint, ops, telemetry
+from . import ops, telemetry
 from .data import DataLoaderShard, GradientState
 from .kwargs import (
     AutocastKwargs,
@@ -30,13 +28,14 @@ from .kwargs import (
 )
 from .precision import Precision
 from .process_api import ProcessAPI
+from .saving_api import SavingAPI
 from .seed import set_seed
-from .state import get_state, reset_state
+from .state import get_state
 from .strategies import strategy_class
 from .wrappers import AcceleratedOptimizer, AcceleratedScheduler
 
 
-class Accelerator(ProcessAPI):
+class Accelerator(SavingAPI, ProcessAPI):
     """Prepare model/optimizer/data for the launch's strategy and precision; same API as Accelerate."""
 
     def __init__(
@@ -313,92 +312,6 @@ class Accelerator(ProcessAPI):
     ) -> None:
         """Accepted for Accelerate compatibility; metrics go to the notebook through log()."""
 
-    # ------------------------------------------------------ models and saving
-    def unwrap_model(self, model: nn.Module, keep_fp32_wrapper: bool = True) -> nn.Module:
-        inner = self.strategy.unwrap_model(model)
-        if not keep_fp32_wrapper:
-            Precision.unwrap_forward(inner)
-        return inner
-
-    def get_state_dict(self, model: nn.Module, unwrap: bool = True) -> dict[str, torch.Tensor]:
-        return self.strategy.model_state_dict(model)
-
-    def save(self, obj: Any, f: str | os.PathLike[str], safe_serialization: bool = False) -> None:
-        """torch.save on the main process only (atomic: write then rename)."""
-        if self.is_main_process:
-            path = Path(f)
-            tmp = path.with_name(f".{path.name}.tmp")
-            torch.save(obj, tmp)
-            os.replace(tmp, path)
-
-    def save_model(self, model: nn.Module, save_directory: str | os.PathLike[str], **_: Any) -> Path:
-        """Save the full (unwrapped, unsharded) weights as pytorch_model.bin in save_directory."""
-        state = self.get_state_dict(model)
-        folder = Path(save_directory)
-        if self.is_main_process:
-            folder.mkdir(parents=True, exist_ok=True)
-            self.save(state, folder / "pytorch_model.bin")
-        self.wait_for_everyone()
-        return folder / "pytorch_model.bin"
-
-    def register_for_checkpointing(self, *objects: Any) -> None:
-        """Include objects with state_dict()/load_state_dict() in save_state and load_state."""
-        for obj in objects:
-            if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
-                raise AcceleratorError(
-                    f"{type(obj).__name__} cannot be checkpointed: it needs state_dict() and load_state_dict()."
-                )
-        self._custom_objects.extend(objects)
-
-    def save_state(self, output_dir: str | os.PathLike[str] | None = None, **_: Any) -> Path:
-        """Save models, optimizers, schedulers, scaler, RNG, loader positions and registered objects."""
-        if output_dir is None:
-            output_dir = self._auto_checkpoint_dir(self.save_iteration)
-        path = checkpoint.save_state(self, output_dir)
-        self.save_iteration += 1
-        return path
-
-    def load_state(self, input_dir: str | os.PathLike[str] | None = None, **_: Any) -> None:
-        if input_dir is None:
-            existing = sorted(
-                Path(self._auto_checkpoint_dir(0)).parent.glob("checkpoint_*"), key=_ckpt_number
-            )
-            if not existing:
-                raise AcceleratorError(f"No checkpoint found under {self.project_dir}/checkpoints.")
-            input_dir = existing[-1]
-            self.save_iteration = _ckpt_number(input_dir) + 1
-        checkpoint.load_state(self, input_dir)
-
-    def _auto_checkpoint_dir(self, iteration: int) -> Path:
-        if self.project_dir is None:
-            raise AcceleratorError(
-                "save_state()/load_state() without a folder need Accelerator(project_dir=...)."
-            )
-        return Path(self.project_dir) / "checkpoints" / f"checkpoint_{iteration}"
-
-    def free_memory(self, *objects: Any) -> list[None]:
-        """Drop references to prepared objects and release cached memory."""
-        for bucket in (
-            self._models,
-            self._optimizers,
-            self._schedulers,
-            self._dataloaders,
-            self._custom_objects,
-        ):
-            bucket.clear()
-        self._prepared_ids.clear()
-        gc.collect()
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            torch.cuda.empty_cache()
-        return [None] * len(objects)
-
-    clear = free_memory
-
-    def end_training(self) -> None:
-        """Wait for every process, then tear down the process group so the worker can exit cleanly."""
-        self.wait_for_everyone()
-        reset_state()
-
 
 def _resolve_config(mixed_precision: str | None, accumulation: int | None, cpu: bool) -> LaunchConfig:
     base = config_from_env() or LaunchConfig()
@@ -467,8 +380,3 @@ def _count_leaves(data: Any) -> int:
     if isinstance(data, (list, tuple)):
         return sum(_count_leaves(v) for v in data)
     return 1
-
-
-def _ckpt_number(path: Path) -> int:
-    tail = Path(path).name.rsplit("_", 1)[-1]
-    return int(tail) if tail.isdigit() else -1
