@@ -136,6 +136,14 @@ def test_torchao_swaps_exactly_those_layers_on_cpu():
     assert type(model[2]) is nn.Linear and type(model[1].attn.out_proj) is not Float8Linear
 
 
+@pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="torchao is not installed")
+def test_torchao_conversion_keeps_the_parameter_objects():
+    model = fp8_model()
+    before = [id(p) for p in model.parameters()]
+    fp8.convert_to_fp8(model, backend="torchao")
+    assert [id(p) for p in model.parameters()] == before  # an optimizer made before prepare() stays valid
+
+
 def test_fp8_without_a_backend_names_the_install_command(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
     with pytest.raises(ConfigError, match="pip install torchao"):

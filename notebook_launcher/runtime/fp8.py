@@ -88,9 +88,10 @@ def _convert_transformer_engine(model: nn.Module, names: set[str]) -> nn.Module:
             old.in_features, old.out_features, bias=old.bias is not None, params_dtype=old.weight.dtype
         )
         new.to(old.weight.device)
-        new.weight.data.copy_(old.weight.data)
+        # The same Parameter objects, so an optimizer created before prepare() still updates them.
+        new.weight = old.weight
         if old.bias is not None:
-            new.bias.data.copy_(old.bias.data)
+            new.bias = old.bias
         setattr(parent, child, new)
     original = model.forward
 
