@@ -205,7 +205,8 @@ class DeepSpeedStrategy(Strategy):
     def clip_grad_norm_(self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0):
         """The engine clipped in its step (gradient_clipping from the config); returns the norm it saw."""
         engine = self._engine()
-        configured = float(self.engine_config.config.get("gradient_clipping", 0.0) or 0.0)
+        # What the engine really uses: a JSON file without the key gets DeepSpeed's default, 1.0.
+        configured = float(engine.gradient_clipping() or 0.0)
         if abs(configured - float(max_norm)) > 1e-12:
             raise AcceleratorError(
                 f"clip_grad_norm_(max_norm={max_norm}) under DeepSpeed: the engine clips inside its step with "
