@@ -74,7 +74,7 @@ def train_transformer(
     epochs: int = 2,
     lr: float = 1e-2,
     clip: float | None = 0.5,
-    optimizer_after_prepare: bool = False,
+    optimizer_after_prepare: bool | str = False,
     optimizer: str = "adamw",
     pretend_machines: int = 1,
 ) -> dict:
@@ -88,7 +88,10 @@ def train_transformer(
     acc = Accelerator(gradient_accumulation_steps=accumulation)
     model = transformer_model()
     loader = DataLoader(transformer_data(), batch_size=batch_size)
-    if optimizer_after_prepare:
+    if optimizer_after_prepare == "prepared-first":  # an optimizer prepared before its model
+        opt = acc.prepare(_optimizer(model.parameters(), lr, optimizer))
+        model, loader = acc.prepare(model, loader)
+    elif optimizer_after_prepare:
         model, loader = acc.prepare(model, loader)
         opt = acc.prepare(_optimizer(model.parameters(), lr, optimizer))
     else:

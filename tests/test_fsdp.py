@@ -74,10 +74,13 @@ def test_hybrid_shard_replicates_across_machines_and_shards_within(ddp_adamw):
     assert_same_weights(result[0]["weights"], ddp_adamw[0]["weights"], atol=1e-6)
 
 
-def test_optimizer_created_after_prepare_works_too(ddp_adamw):
+@pytest.mark.parametrize(
+    "order", [True, "prepared-first"], ids=["created-after-prepare", "prepared-before-model"]
+)
+def test_optimizer_created_after_prepare_or_prepared_first_works_too(order, ddp_adamw):
     result = notebook_launch(
         train_transformer,
-        kwargs=dict(batch_size=8, optimizer_after_prepare=True),
+        kwargs=dict(batch_size=8, optimizer_after_prepare=order),
         num_processes=2,
         timeout=TIMEOUT,
         **fsdp(),
