@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
-import os
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -92,9 +91,9 @@ class DeepSpeedStrategy(Strategy):
 
     def __init__(self, state: Any, config: Any, precision: Any, **kwargs: Any) -> None:
         super().__init__(state, config, precision, **kwargs)
-        if state.device.type == "cpu":
-            os.environ.setdefault("DS_ACCELERATOR", "cpu")  # this worker only; CPU even on a GPU machine
         self.deepspeed = import_deepspeed()
+        if state.device.type == "cpu":
+            _use_cpu_accelerator()  # a CPU run on a GPU machine (use_cpu) must not get DeepSpeed's CUDA side
         if not config.debug:
             _quiet_known_noise()
         ensure_process_group(state)
@@ -273,6 +272,17 @@ class DeepSpeedStrategy(Strategy):
     @property
     def saves_on_every_rank(self) -> bool:
         return True
+
+
+def _use_cpu_accelerator() -> None:
+    """Point DeepSpeed at its CPU accelerator (module state, not os.environ) unless it already is."""
+    from deepspeed.accelerator import real_accelerator
+
+    current = real_accelerator.ds_accelerator
+    if current is None or current.device_name() != "cpu":
+        from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
+
+        real_accelerator.set_accelerator(CPU_Accelerator())
 
 
 def _refuse_fsdp(model: nn.Module) -> None:
