@@ -206,3 +206,26 @@ def train_seed_model(
     weights = acc.get_state_dict(model)
     acc.end_training()
     return weights
+
+
+def compute_dtypes(steps: int = 3) -> dict:
+    """The dtype a block's weight has while its forward runs, the sharded (stored) dtype, the losses."""
+    acc = Accelerator()
+    model = transformer_model()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model, opt = acc.prepare(model, opt)
+    seen = []
+    model.blocks[0].linear1.register_forward_pre_hook(
+        lambda module, args: seen.append(str(module.weight.dtype))
+    )
+    x, y = transformer_data(16).tensors
+    losses = []
+    for _ in range(steps):
+        loss = nn.functional.mse_loss(model(x), y)
+        acc.backward(loss)
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    stored = str(next(model.parameters()).dtype)
+    acc.end_training()
+    return {"in_forward": seen[0], "stored": stored, "losses": losses}

@@ -9,6 +9,7 @@ the attention key bias's zero-in-theory gradient into full-size steps), and 1e-5
 import pytest
 import torch
 from sharding_trainers import (
+    compute_dtypes,
     train_and_save_model,
     train_transformer,
     train_with_checkpoint,
@@ -127,6 +128,18 @@ def test_size_based_wrap_matches_ddp():
         fsdp_config={"fsdp_auto_wrap_policy": "SIZE_BASED_WRAP", "fsdp_min_num_params": 1000},
     )
     assert_same_weights(sized[0]["weights"], ddp[0]["weights"], atol=1e-5)
+
+
+def test_bf16_runs_through_fsdps_mixed_precision_policy():
+    result = notebook_launch(
+        compute_dtypes, num_processes=2, timeout=TIMEOUT, mixed_precision="bf16", **fsdp()
+    )
+    assert result[0]["in_forward"] == "torch.bfloat16"  # gathered for compute in bf16
+    assert result[0]["stored"] == "torch.float32"  # the sharded master weights stay fp32
+    fp32 = notebook_launch(compute_dtypes, num_processes=2, timeout=TIMEOUT, **fsdp())
+    assert fp32[0]["in_forward"] == "torch.float32"
+    assert result[0]["losses"] == pytest.approx(fp32[0]["losses"], rel=3e-2)  # bf16 rounding, same training
+    assert result[0]["losses"] != fp32[0]["losses"]
 
 
 def test_no_shard_falls_back_to_ddp_with_a_note(ddp_adamw):
