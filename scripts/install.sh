@@ -10,6 +10,11 @@ TORCH_VERSION=${TORCH_VERSION:-2.13.0}
 "$PYTHON" -m pip install --quiet "torch==${TORCH_VERSION}"
 "$PYTHON" -m pip install --quiet -e ".[test]"
 
+# DeepSpeed JIT-compiles two CPU ops on first use (~3 min); build them once here, not inside a test.
+# They are cached in ~/.cache/torch_extensions.
+DS_ACCELERATOR=cpu "$PYTHON" -c "from deepspeed.accelerator import get_accelerator as a; \
+[a().create_op_builder(n).load() for n in ('ShareMemCommBuilder', 'CPUAdamBuilder')]" >/dev/null
+
 # The browser tests drive Debian's Chromium through Playwright (which cannot download browsers here).
 if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null

@@ -239,8 +239,26 @@ def test_the_example_notebooks_are_there():
     assert set(OURS) <= names, f"missing: {sorted(set(OURS) - names)}"
 
 
+# Executed, with their own output checks, by other test files: not run a second time here.
+COVERED_ELSEWHERE = {
+    "03_fsdp_transformer.ipynb": "test_sharding_notebooks.py",
+    "04_deepspeed.ipynb": "test_sharding_notebooks.py",
+    "06_config_panel.ipynb": "test_widgets_notebook.py",
+}
+
+
+def test_every_notebook_is_executed_by_some_test():
+    for path in NOTEBOOKS:
+        other = COVERED_ELSEWHERE.get(path.name)
+        assert path.name in CHECKS or (other and path.name in (Path(__file__).parent / other).read_text()), (
+            f"{path.name} is executed by no test: add output checks for it"
+        )
+
+
 def _params():
     for path in NOTEBOOKS:
+        if path.name in COVERED_ELSEWHERE:
+            continue
         timeout = NOTEBOOK_TIMEOUT.get(path.name, DEFAULT_TIMEOUT)
         yield pytest.param(path, id=path.stem, marks=pytest.mark.timeout(timeout))
 

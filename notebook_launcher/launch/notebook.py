@@ -6,6 +6,7 @@ holds CUDA, spawn with the function cloudpickled by value. The kernel is left ex
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -35,6 +36,23 @@ def _warm_up() -> None:
     import notebook_launcher.runtime  # noqa: F401
 
     _WARMED = True
+
+
+def _warm_up_deepspeed() -> None:
+    """Importing deepspeed takes ~10 s per worker; do it once here — on CPU-only machines only,
+    because on a GPU machine its accelerator probing could touch the CUDA driver in the kernel."""
+    from ..hardware import detect
+
+    if detect().cuda_device_count == 0:
+        saved = dict(os.environ)  # importing deepspeed sets variables; the kernel must keep its own
+        try:
+            import deepspeed  # noqa: F401
+        except Exception:
+            pass  # the strategy reports a missing or broken install with the fix
+        finally:
+            for key in set(os.environ) - set(saved):
+                del os.environ[key]
+            os.environ.update(saved)
 
 
 def _prepare(
@@ -71,6 +89,8 @@ def _prepare(
         target = None
     else:
         _warm_up()
+        if cfg.distributed_type == "DEEPSPEED":
+            _warm_up_deepspeed()
     addr, port, store = planning.rendezvous(cfg, cfg.num_machines)
     specs = planning.make_specs(cfg, nproc, (addr, port), payload)
     import torch.multiprocessing as mp

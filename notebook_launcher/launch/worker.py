@@ -97,9 +97,9 @@ def run_worker(
         _report(channel, exc)
     finally:
         _flush()
-        if exit_code == 0:
-            _close_process_group()
         msg_conn.close()
+    # Exit without running destructors: tearing down a gloo group whose peers have already left can
+    # hang in ~ProcessGroupGloo, and everything the parent needs has been sent.
     os._exit(exit_code)
 
 
@@ -133,13 +133,3 @@ def _flush() -> None:
             stream.flush()
         except Exception:
             pass
-
-
-def _close_process_group() -> None:
-    """After a successful run, tear down a group the user left open so the process exits promptly."""
-    dist = sys.modules.get("torch.distributed")
-    try:
-        if dist is not None and dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
-    except Exception:
-        pass

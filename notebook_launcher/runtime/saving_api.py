@@ -103,9 +103,14 @@ class SavingAPI:
     clear = free_memory
 
     def end_training(self) -> None:
-        """Wait for every process, then tear down the process group so the worker can exit cleanly."""
+        """Wait for every process and forget this run's state, so a new Accelerator starts fresh.
+
+        The process group is kept until the process exits: destroying a gloo group while a DDP model
+        still references it made the model's destructor hang (seen intermittently when the training
+        function returned), and a later Accelerator in the same process reuses the group.
+        """
         self.wait_for_everyone()
-        reset_state()
+        reset_state(destroy_process_group=False)
 
 
 def _ckpt_number(path: Path) -> int:
