@@ -75,7 +75,10 @@ def run_worker(
     import faulthandler
 
     faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
-    os.environ.update(spec.env)
+    os.environ.update(spec.env)  # before torch loads (spawn): thread counts, visible GPUs
+    from ..runtime.state import exit_without_teardown
+
+    exit_without_teardown()
     from .channel import WorkerChannel
 
     channel = WorkerChannel(msg_conn)

@@ -16,7 +16,7 @@ from torch import nn
 from ..errors import AcceleratorError
 from . import checkpoint
 from .precision import Precision
-from .state import reset_state
+from .state import reset_state, teardown_on_end
 
 
 class SavingAPI:
@@ -103,14 +103,15 @@ class SavingAPI:
     clear = free_memory
 
     def end_training(self) -> None:
-        """Wait for every process and forget this run's state, so a new Accelerator starts fresh.
+        """Wait for every process, then tear down the process group (as Accelerate does) and forget
+        this run's state, so a new Accelerator starts fresh.
 
-        The process group is kept until the process exits: destroying a gloo group while a DDP model
-        still references it made the model's destructor hang (seen intermittently when the training
-        function returned), and a later Accelerator in the same process reuses the group.
+        Inside notebook_launch's workers the group is kept until the worker exits: destroying a gloo
+        group while a DDP model still referenced it made the model's destructor hang when the
+        training function returned (seen intermittently), and the worker exits without teardown.
         """
         self.wait_for_everyone()
-        reset_state(destroy_process_group=False)
+        reset_state(destroy_process_group=teardown_on_end())
 
 
 def _ckpt_number(path: Path) -> int:

@@ -47,6 +47,20 @@ class ProcessState:
 
 
 _STATE: ProcessState | None = None
+# Set by notebook_launch's worker, which exits with os._exit once the result is sent: there the group
+# is left to die with the process (tearing down gloo while a DDP model still holds it can hang).
+_EXIT_WITHOUT_TEARDOWN = False
+
+
+def exit_without_teardown() -> None:
+    """Called by the notebook_launch worker: end_training() keeps the process group alive."""
+    global _EXIT_WITHOUT_TEARDOWN
+    _EXIT_WITHOUT_TEARDOWN = True
+
+
+def teardown_on_end() -> bool:
+    """Whether end_training() should destroy the process group (torchrun scripts: yes)."""
+    return not _EXIT_WITHOUT_TEARDOWN
 
 
 def _env_int(name: str, default: int) -> int:
