@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
+from trainers import EpochCounter  # shared with the DDP checkpoint tests
 
 from notebook_launcher import Accelerator, set_seed
 
@@ -121,17 +122,6 @@ def _local_numel(p: torch.Tensor) -> int:
         return p.ds_tensor.numel()
     to_local = getattr(p, "to_local", None)
     return to_local().numel() if to_local is not None else p.numel()
-
-
-class EpochCounter:
-    def __init__(self) -> None:
-        self.epoch = 0
-
-    def state_dict(self) -> dict:
-        return {"epoch": self.epoch}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.epoch = state["epoch"]
 
 
 def train_with_checkpoint(
