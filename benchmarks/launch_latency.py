@@ -83,7 +83,9 @@ def main() -> None:
     print(f"raw floor (fork + init_process_group + barrier): {f:6.3f} s (median of {args.repeats})")
     print(f"notebook_launch fork, first launch:              {first_fork:6.3f} s")
     print(f"notebook_launch fork, relaunch:                  {s:6.3f} s  = {s / f:.2f}x the floor")
-    print(f"notebook_launch spawn, first / relaunch:         {spawn_first:6.3f} s / {statistics.median(spawn):.3f} s")
+    print(
+        f"notebook_launch spawn, first / relaunch:         {spawn_first:6.3f} s / {statistics.median(spawn):.3f} s"
+    )
     if hf is None:
         print("Accelerate notebook_launcher:                    not installed")
     else:

@@ -120,7 +120,9 @@ def accelerate_rate(name: str, steps: int) -> float | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--repeats", type=int, default=3, help="best of N alternating runs (shared CPUs are noisy)")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="best of N alternating runs (shared CPUs are noisy)"
+    )
     args = parser.parse_args()
     print(f"{'model':22} {'raw DDP steps/s':>16} {'Accelerator':>12} {'ratio':>7} {'Accelerate':>11}")
     for name in MODELS:

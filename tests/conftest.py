@@ -31,7 +31,9 @@ def _no_leftover_children():
 
     deadline = time.monotonic() + 5
     while True:
-        extra = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.is_running()]
+        extra = [
+            p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.is_running()
+        ]
         extra = [p for p in extra if p.status() != psutil.STATUS_ZOMBIE]
         if not extra or time.monotonic() > deadline:
             break

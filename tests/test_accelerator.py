@@ -154,7 +154,12 @@ def test_gradient_accumulation_skips_steps_until_sync():
 
 def test_process_helpers_in_a_single_process():
     acc = Accelerator()
-    assert (acc.process_index, acc.num_processes, acc.is_main_process, acc.is_last_process) == (0, 1, True, True)
+    assert (acc.process_index, acc.num_processes, acc.is_main_process, acc.is_last_process) == (
+        0,
+        1,
+        True,
+        True,
+    )
     assert acc.distributed_type == "NO"
     assert acc.gather(torch.tensor(3.0)).tolist() == [3.0]
     assert acc.reduce(torch.tensor([2.0])).tolist() == [2.0]

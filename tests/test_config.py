@@ -9,8 +9,13 @@ from notebook_launcher.config import config_from_env, config_to_env, resolve_con
 
 
 def test_defaults_and_round_trips(tmp_path):
-    cfg = LaunchConfig(num_processes=4, num_machines=2, mixed_precision="BF16", distributed_type="fsdp",
-                       fsdp_config={"fsdp_transformer_layer_cls_to_wrap": ["Block", "Head"]})
+    cfg = LaunchConfig(
+        num_processes=4,
+        num_machines=2,
+        mixed_precision="BF16",
+        distributed_type="fsdp",
+        fsdp_config={"fsdp_transformer_layer_cls_to_wrap": ["Block", "Head"]},
+    )
     assert cfg.mixed_precision == "bf16" and cfg.distributed_type == "FSDP"
     assert cfg.fsdp_config.layer_classes() == ["Block", "Head"]
     assert LaunchConfig.from_dict(cfg.to_dict()) == cfg
@@ -48,7 +53,10 @@ def test_accelerate_config_file_loads_unchanged(tmp_path):
         ({"rdzv_backend": "etcd"}, "rdzv_backend='etcd'"),
         ({"use_cpu": "maybe"}, "use_cpu='maybe'"),
         ({"fsdp_config": {"fsdp_sharding_strategy": "QUARTER_SHARD"}}, "fsdp_sharding_strategy"),
-        ({"fsdp_config": {"fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP"}}, "fsdp_transformer_layer_cls_to_wrap"),
+        (
+            {"fsdp_config": {"fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP"}},
+            "fsdp_transformer_layer_cls_to_wrap",
+        ),
         ({"fsdp_config": {"fsdp_sharding": "FULL_SHARD"}}, "Unknown key 'fsdp_sharding'"),
         ({"deepspeed_config": {"zero_stage": 4}}, "zero_stage=4"),
     ],

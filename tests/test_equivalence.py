@@ -34,8 +34,12 @@ def test_two_processes_match_one_process_reference(options, reference_batch):
 
 
 def test_shuffled_two_processes_match_one_process_through_accelerator():
-    one = notebook_launch(train_regression, kwargs=dict(batch_size=16, shuffle=True), num_processes=1, quiet=True)
-    two = notebook_launch(train_regression, kwargs=dict(batch_size=8, shuffle=True), num_processes=2, quiet=True)
+    one = notebook_launch(
+        train_regression, kwargs=dict(batch_size=16, shuffle=True), num_processes=1, quiet=True
+    )
+    two = notebook_launch(
+        train_regression, kwargs=dict(batch_size=8, shuffle=True), num_processes=2, quiet=True
+    )
     assert_same_weights(two[0], one[0])
     # and shuffling really happened: the unshuffled run ends elsewhere
     plain = reference_weights(batch_size=16)

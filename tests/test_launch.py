@@ -376,5 +376,7 @@ def test_spawn_in_an_unguarded_script_explains_the_main_guard(tmp_path):
         "try:\n    notebook_launch(f, num_processes=1, start_method='spawn', timeout=60)\n"
         "except WorkerError as exc:\n    print('MESSAGE', exc)\n"
     )
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     assert 'if __name__ == "__main__":' in out.stdout, out.stdout + out.stderr

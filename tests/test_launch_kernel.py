@@ -2,7 +2,6 @@
 
 import textwrap
 
-
 import nbformat
 import psutil
 import pytest
@@ -47,7 +46,9 @@ def _run_notebook(cells, tmp_path, timeout=180):
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.cells = [nbformat.v4.new_code_cell(src) for src in cells]
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     return nb
 
 
@@ -90,7 +91,9 @@ def test_explicit_fork_on_a_cuda_kernel_is_a_clear_error(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [
         nbformat.v4.new_code_cell(DEFINE),
-        nbformat.v4.new_code_cell("import notebook_launcher.hardware as hw; hw.cuda_initialized = lambda: True"),
+        nbformat.v4.new_code_cell(
+            "import notebook_launcher.hardware as hw; hw.cuda_initialized = lambda: True"
+        ),
         nbformat.v4.new_code_cell("notebook_launch(train, args=(1,), num_processes=2, start_method='fork')"),
     ]
     client = NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True)
@@ -149,7 +152,9 @@ def test_twenty_launches_keep_the_kernel_clean(kernel):
     )
     kernel.run("notebook_launch(quick, num_processes=2, quiet=True)")  # first launch warms imports
     before = kernel.value(snapshot)
-    run = kernel.run("for _ in range(20):\n    assert list(notebook_launch(quick, num_processes=2, quiet=True)) == [0, 1]")
+    run = kernel.run(
+        "for _ in range(20):\n    assert list(notebook_launch(quick, num_processes=2, quiet=True)) == [0, 1]"
+    )
     assert run.error is None, run.text
     after = kernel.value(snapshot)
     assert after[0] == before[0], "os.environ changed"

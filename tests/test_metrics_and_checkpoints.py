@@ -17,7 +17,9 @@ def test_gather_for_metrics_returns_exactly_the_eval_set(size):
 def test_resumed_run_ends_with_the_same_weights(tmp_path):
     folder = str(tmp_path / "ckpt")
     whole = notebook_launch(train_with_checkpoint, args=(folder, None, False), num_processes=2, quiet=True)
-    stopped = notebook_launch(train_with_checkpoint, args=(folder, (1, 4), False), num_processes=2, quiet=True)
+    stopped = notebook_launch(
+        train_with_checkpoint, args=(folder, (1, 4), False), num_processes=2, quiet=True
+    )
     assert stopped[0] == {"stopped": True}
     files = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
     assert files == [

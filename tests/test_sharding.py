@@ -71,8 +71,17 @@ def test_prepared_loader_yields_the_table(case):
 def test_even_batches_gives_every_rank_the_same_number_of_steps():
     for n in range(1, 40):
         lengths = {
-            len(plan_epoch(_global_batches(n, 4, False), rank=r, world_size=3, batch_size=4,
-                           split_batches=False, even_batches=True, drop_last=False).batches)
+            len(
+                plan_epoch(
+                    _global_batches(n, 4, False),
+                    rank=r,
+                    world_size=3,
+                    batch_size=4,
+                    split_batches=False,
+                    even_batches=True,
+                    drop_last=False,
+                ).batches
+            )
             for r in range(3)
         }
         assert len(lengths) == 1, f"dataset of {n}: {lengths}"
@@ -82,8 +91,14 @@ def test_shuffle_is_identical_across_ranks_and_changes_per_epoch():
     data = torch.arange(64)
 
     def loader(rank):
-        return DataLoaderShard(DataLoader(data, batch_size=4, shuffle=True), rank=rank, world_size=2,
-                               device=None, gradient_state=GradientState(), seed=5)
+        return DataLoaderShard(
+            DataLoader(data, batch_size=4, shuffle=True),
+            rank=rank,
+            world_size=2,
+            device=None,
+            gradient_state=GradientState(),
+            seed=5,
+        )
 
     l0, l1 = loader(0), loader(1)
     epoch0 = [b for b in l0] + [b for b in l1]
@@ -98,5 +113,12 @@ def test_shuffle_is_identical_across_ranks_and_changes_per_epoch():
 
 def test_split_batches_needs_a_divisible_batch_size():
     with pytest.raises(ConfigError, match="batch_size \\(3\\)"):
-        plan_epoch([[0, 1, 2]], rank=0, world_size=2, batch_size=3, split_batches=True,
-                   even_batches=True, drop_last=False)
+        plan_epoch(
+            [[0, 1, 2]],
+            rank=0,
+            world_size=2,
+            batch_size=3,
+            split_batches=True,
+            even_batches=True,
+            drop_last=False,
+        )

@@ -146,7 +146,9 @@ class DataLoaderShard:
         kwargs = self._loader_kwargs()
         # A private generator: creating the iterator must not draw from the global RNG, or a resumed
         # run (RNG restored, iterator created afterwards) would drift from the uninterrupted one.
-        kwargs["generator"] = self.base_loader.generator or torch.Generator().manual_seed(self.seed + self.epoch)
+        kwargs["generator"] = self.base_loader.generator or torch.Generator().manual_seed(
+            self.seed + self.epoch
+        )
         loader = DataLoader(self.dataset, batch_sampler=_FixedBatches(batches), **kwargs)
         total = len(plan.batches)
         self.batches_yielded = skip
