@@ -15,8 +15,9 @@ from typing import Any
 from ..errors import ConfigError
 from . import planning
 from .output import CellPrinter
+from .plan import LaunchPlan
 from .result import LaunchResult
-from .supervisor import LaunchPlan, Supervisor
+from .supervisor import Supervisor
 
 _WARMED = False
 

@@ -8,6 +8,13 @@ from typing import Any, overload
 
 from ..errors import NotebookLauncherError
 
+STARTUP_HINT = (
+    "The worker died while starting, before your function ran (its own message went to this process's "
+    "terminal, not the notebook). With start_method='spawn' in a script, every worker re-imports the "
+    'script: put the launch under `if __name__ == "__main__":`. Otherwise check that the script\'s '
+    "imports work in a fresh interpreter."
+)
+
 
 class LaunchResult(Sequence):
     """Every local rank's return value in rank order, plus each rank's output and logged metrics.

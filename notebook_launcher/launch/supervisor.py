@@ -20,34 +20,15 @@ from typing import Any
 from . import channel
 from .events import MetricLogged, OutputLine, ProgressUpdate, RunFinished, RunStarted
 from .forksafety import HelperProcesses, release_openmp_threads
-from .result import LaunchStopped, LaunchTimeout, RankFailure, RunRecord, WorkerError
+from .plan import LaunchPlan
+from .result import STARTUP_HINT, LaunchStopped, LaunchTimeout, RankFailure, RunRecord, WorkerError
 from .stacks import with_source_lines
-from .worker import STACK_DUMP_SIGNAL, WorkerSpec, run_worker
+from .worker import STACK_DUMP_SIGNAL, run_worker
 
 GRACE_SECONDS = 3.0
 POLL_SECONDS = 0.05
 MAX_LOG_LINES = 200_000
 STACK_DUMP_SECONDS = 0.5
-STARTUP_HINT = (
-    "The worker died while starting, before your function ran (its own message went to this process's "
-    "terminal, not the notebook). With start_method='spawn' in a script, every worker re-imports the "
-    'script: put the launch under `if __name__ == "__main__":`. Otherwise check that the script\'s '
-    "imports work in a fresh interpreter."
-)
-
-
-@dataclass
-class LaunchPlan:
-    """Everything decided before any process starts."""
-
-    context: Any  # a torch.multiprocessing context
-    start_method: str
-    specs: list[WorkerSpec]
-    target: tuple[Any, tuple, dict] | None  # (fn, args, kwargs) handed over by fork
-    world_size: int
-    config: Any
-    timeout: float | None = None
-    store: Any = None  # the TCPStore this process hosts for the workers' rendezvous
 
 
 @dataclass
