@@ -24,6 +24,7 @@ from typing import Any
 
 from ..config import LaunchConfig, config_to_env, patched_environ, to_file_dict
 from ..errors import ConfigError
+from .planning import port_is_free
 
 BOOTSTRAP = "notebook_launcher.launch.cli_bootstrap"
 RDZV_ID = "notebook_launcher"
@@ -47,17 +48,6 @@ class RunPlan:
     @property
     def local_processes(self) -> int:
         return int(self.config.num_processes) // self.config.num_machines
-
-
-def port_is_free(port: int) -> bool:
-    """Whether a server could listen on `port` here (as torch's TCPStore does, on all interfaces)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("", port))
-        except OSError:
-            return False
-    return True
 
 
 def free_port() -> int:

@@ -5,7 +5,6 @@ Nothing here changes the caller's process: no os.environ writes, no signal handl
 
 from __future__ import annotations
 
-import errno
 import socket
 import sys
 from collections.abc import Callable
@@ -74,18 +73,24 @@ def choose_start_method(requested: str) -> tuple[str, str | None]:
     return "fork", None
 
 
-def check_port_free(port: int) -> None:
-    """Fail early, with the fix, when the rendezvous port is taken (instead of a hang or a torch trace)."""
+def port_is_free(port: int) -> bool:
+    """Whether a server could listen on `port` here (as torch's TCPStore does, on all interfaces)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("", port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise ConfigError(
-                    f"master_port={port} is already in use on this machine. Pass another master_port, or leave "
-                    "it unset on a single machine to get a free one."
-                ) from None
-            raise
+        except OSError:
+            return False
+    return True
+
+
+def check_port_free(port: int) -> None:
+    """Fail early, with the fix, when the rendezvous port is taken (instead of a hang or a torch trace)."""
+    if not port_is_free(port):
+        raise ConfigError(
+            f"master_port={port} is already in use on this machine (or cannot be opened). Pass another "
+            "master_port, or leave it unset on a single machine to get a free one."
+        )
 
 
 def rendezvous(config: LaunchConfig, num_machines: int) -> tuple[str, int, Any]:

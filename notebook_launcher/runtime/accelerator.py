@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -363,20 +363,17 @@ def _matches(obj: Any, kind: Any) -> bool:
 
 
 def _all_tensors(data: Any) -> bool:
-    found: list[bool] = []
-
-    def visit(t: torch.Tensor) -> torch.Tensor:
-        found.append(True)
-        return t
-
-    ops.recursively_apply(visit, data)
-    leaves = _count_leaves(data)
-    return bool(found) and len(found) == leaves
+    """True when data holds at least one tensor and nothing else (inside lists, tuples, dicts)."""
+    leaves = list(_leaves(data))
+    return bool(leaves) and all(isinstance(leaf, torch.Tensor) for leaf in leaves)
 
 
-def _count_leaves(data: Any) -> int:
-    if isinstance(data, dict):
-        return sum(_count_leaves(v) for v in data.values())
-    if isinstance(data, (list, tuple)):
-        return sum(_count_leaves(v) for v in data)
-    return 1
+def _leaves(data: Any) -> Iterator[Any]:
+    if isinstance(data, Mapping):
+        for value in data.values():
+            yield from _leaves(value)
+    elif isinstance(data, (list, tuple)):
+        for value in data:
+            yield from _leaves(value)
+    else:
+        yield data
