@@ -24,6 +24,13 @@ def rank_and_world():
     return acc.process_index, acc.num_processes, acc.mixed_precision, acc.gradient_accumulation_steps
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _warm_launcher():
+    """The first launch in a process imports torch's distributed stack (and DeepSpeed) once; the
+    timed tests below measure how fast failures are seen, so they start from a warm launcher."""
+    notebook_launch(rank_and_world, num_processes=2, quiet=True)
+
+
 def test_every_rank_returns_its_value_and_output_is_kept():
     result = notebook_launch(rank_and_world, num_processes=2, quiet=True)
     assert list(result) == [(0, 2, "no", 1), (1, 2, "no", 1)]
