@@ -8,7 +8,8 @@ on 2 processes launched with notebook_launch. Every rank then counts the bytes o
 holds for the model and the optimizer:
 
 - params: the rank's parameters (a DDP replica, an FSDP DTensor shard, a ZeRO-3 partition);
-- master: separate fp32 master copies of them (DeepSpeed keeps one even in fp32 training);
+- master: fp32 master copies held apart from them (DeepSpeed's, in mixed precision; in fp32
+  training ZeRO-3's master partition is the parameter partition itself, so it counts once);
 - optimizer: the optimizer's state (AdamW's two moments), local part only.
 
 and reports its peak RSS (whole process) and steps/s after one warm-up step. Ratios are against
@@ -45,18 +46,24 @@ def build_model(width: int, layers: int) -> nn.Module:
     return nn.Sequential(*blocks, nn.Linear(width, 1))
 
 
-def _bytes(t: torch.Tensor) -> int:
-    if hasattr(t, "ds_tensor"):
-        t = t.ds_tensor
-    if hasattr(t, "to_local"):
-        t = t.to_local()
-    return t.numel() * t.element_size()
+def _storages(tensors) -> dict[int, int]:
+    """{storage address: bytes} of the local tensors behind `tensors`. Counting storages, not
+    tensors, counts memory once where two names share it (ZeRO-3's fp32 "master" partition *is* the
+    parameter partition in fp32 training; each parameter is a view into one flat buffer)."""
+    found = {}
+    for t in tensors:
+        if hasattr(t, "ds_tensor"):
+            t = t.ds_tensor
+        if hasattr(t, "to_local"):
+            t = t.to_local()
+        storage = t.untyped_storage()
+        if storage.nbytes():
+            found[storage.data_ptr()] = storage.nbytes()
+    return found
 
 
-def _state_bytes(state: dict) -> int:
-    return sum(
-        _bytes(v) for per_param in state.values() for v in per_param.values() if isinstance(v, torch.Tensor)
-    )
+def _state_tensors(state: dict) -> list[torch.Tensor]:
+    return [v for per_param in state.values() for v in per_param.values() if isinstance(v, torch.Tensor)]
 
 
 def measure(width: int, layers: int, steps: int, batch: int, seq: int) -> dict:
@@ -80,21 +87,26 @@ def measure(width: int, layers: int, steps: int, batch: int, seq: int) -> dict:
     engine_optimizer = getattr(inner, "engine", None)
     if engine_optimizer is not None:  # DeepSpeed: the ZeRO optimizer holds masters + the torch state
         zero = engine_optimizer.optimizer
-        masters = sum(_bytes(t) for t in getattr(zero, "fp32_partitioned_groups_flat", []))
-        masters += sum(_bytes(t) for t in getattr(zero, "single_partition_of_fp32_groups", []))
-        optim = _state_bytes(zero.optimizer.state)
-        params = sum(_bytes(p) for p in accelerator.unwrap_model(model).parameters())
+        params = _storages(accelerator.unwrap_model(model).parameters())
+        masters = _storages(
+            [
+                *getattr(zero, "fp32_partitioned_groups_flat", []),
+                *getattr(zero, "single_partition_of_fp32_groups", []),
+            ]
+        )
+        optim = _storages(_state_tensors(zero.optimizer.state))
     else:
-        masters = 0
-        optim = _state_bytes(inner.state)
-        params = sum(_bytes(p) for p in model.parameters())
+        params = _storages(model.parameters())
+        masters = {}
+        optim = _storages(_state_tensors(inner.state))
+    masters = {ptr: n for ptr, n in masters.items() if ptr not in params}  # a separate copy only
     total_params = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     accelerator.end_training()
     return {
-        "params": params,
-        "master": masters,
-        "optimizer": optim,
+        "params": sum(params.values()),
+        "master": sum(masters.values()),
+        "optimizer": sum(optim.values()),
         "peak_rss_mib": peak_mib,
         "steps_per_s": steps / sum(times[1:]),
         "num_params": total_params,

@@ -15,6 +15,7 @@ from sharding_trainers import (
     train_seed_model,
     train_transformer,
     train_with_checkpoint,
+    transformer_data,
     transformer_model,
 )
 from trainers import reference_weights
@@ -159,6 +160,44 @@ def test_zero3_save_model_gathers_the_full_weights(tmp_path):
     plain = transformer_model()
     assert {k: v.shape for k, v in saved.items()} == {k: v.shape for k, v in plain.state_dict().items()}
     plain.load_state_dict(saved)
+
+
+def held_bytes() -> dict:
+    """Bytes this rank holds for parameters, fp32 master partitions and AdamW state after one step,
+    each storage counted once (a tensor that shares another's memory costs nothing more)."""
+    from notebook_launcher import Accelerator
+
+    acc = Accelerator()
+    model = transformer_model()
+    model, opt = acc.prepare(model, torch.optim.AdamW(model.parameters(), lr=1e-3))
+    x, y = transformer_data()[:8]
+    acc.backward(torch.nn.functional.mse_loss(model(x), y))
+    opt.step()
+    opt.zero_grad()
+    engine_optimizer = getattr(model, "optimizer", None)  # the DeepSpeed engine's ZeRO optimizer
+    if engine_optimizer is not None:
+        params = [p.ds_tensor for p in model.module.parameters()]
+        tensors = params + list(engine_optimizer.fp32_partitioned_groups_flat)
+        state = engine_optimizer.optimizer.state
+    else:
+        params = list(model.parameters())
+        tensors, state = list(params), opt.optimizer.state
+    tensors += [
+        t for per_param in state.values() for t in per_param.values() if torch.is_tensor(t) and t.dim()
+    ]
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+    acc.end_training()
+    return {"bytes": sum(storages.values()), "param_bytes": sum(p.numel() * p.element_size() for p in params)}
+
+
+def test_zero3_in_fp32_holds_half_of_ddps_parameter_and_optimizer_bytes():
+    """DeepSpeed would keep a second fp32 copy of each partition (deepspeed_memory.py says why it
+    should not); with the copy shared, ZeRO-3 at 2 ranks holds what FSDP does: about half."""
+    ddp = notebook_launch(held_bytes, num_processes=2, timeout=TIMEOUT)
+    zero3 = notebook_launch(held_bytes, num_processes=2, timeout=TIMEOUT, **zero(3))
+    for rank in (0, 1):
+        assert zero3[rank]["param_bytes"] <= 0.55 * ddp[rank]["param_bytes"]
+        assert zero3[rank]["bytes"] <= 0.55 * ddp[rank]["bytes"], (zero3[rank], ddp[rank])
 
 
 def inner_optimizer_type() -> str:

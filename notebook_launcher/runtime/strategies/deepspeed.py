@@ -31,6 +31,7 @@ from torch.utils.data import DataLoader
 from ...errors import AcceleratorError, ConfigError
 from .base import Strategy
 from .deepspeed_config import EngineConfig, build_engine_config
+from .deepspeed_memory import share_master_partitions
 from .deepspeed_offload import optimizer_for_offload
 from .process_group import ensure_process_group
 
@@ -164,6 +165,7 @@ class DeepSpeedStrategy(Strategy):
             config=engine_config.config,
             dist_init_required=False,
         )
+        share_master_partitions(engine.optimizer)  # fp32 ZeRO-3: one copy of each partition, not two
         self.engine, self.engine_config = engine, engine_config
         return engine
 
