@@ -45,9 +45,9 @@ def transformer_data(n: int = 64) -> TensorDataset:
 
 
 def _optimizer(params, lr: float, kind: str = "adamw") -> torch.optim.Optimizer:
-    """AdamW for bit-level comparisons of the same computation; SGD+momentum where the order of sums
-    differs (accumulation, another world size): Adam turns gradients that are rounding noise (the
-    attention key bias has a true gradient of zero) into full-size steps, SGD keeps them noise."""
+    """SGD+momentum wherever weights are compared: AdamW turns gradients that are rounding noise (the
+    attention key bias has a true gradient of zero) into full-size steps, by amounts that depend on
+    the CPU's kernels, while SGD keeps them noise. AdamW (the default) where losses are compared."""
     if kind == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=0.9)
     return torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
