@@ -1,4 +1,4 @@
-"""The ConfigPanel and RunView in a real JupyterLab 4 driven by headless Chromium.
+"""The ConfigPanel and RunView in a real JupyterLab 4 and a real Notebook 7, driven by headless Chromium.
 
 A user's path: run the notebook, pick a strategy and a precision by clicking, Save, Launch, watch
 the run finish (per-rank output, chart), and Stop a long run, after which no worker is left.
@@ -120,9 +120,12 @@ def notebook_dir(scratch):
     return root
 
 
-@pytest.fixture(scope="module")
-def lab(notebook_dir, scratch):
-    with LabServer(notebook_dir, scratch / "lab-server") as server:
+@pytest.fixture(scope="module", params=["lab", "notebook"], ids=["jupyterlab4", "notebook7"])
+def lab(notebook_dir, scratch, request):
+    """Every test runs in JupyterLab 4 and again in Notebook 7 (the same widgets, another front end)."""
+    if request.param == "notebook":
+        pytest.importorskip("notebook", minversion="7")
+    with LabServer(notebook_dir, scratch / f"{request.param}-server", app=request.param) as server:
         yield server
 
 
@@ -180,7 +183,7 @@ def choice(panel, text: str):
     return panel.locator("button.nl-choice").filter(has_text=re.compile(rf"^\s*{re.escape(text)}\s*$"))
 
 
-def test_pick_settings_save_launch_and_watch_the_run(page, notebook_dir):
+def test_pick_settings_save_launch_and_watch_the_run(page, lab, notebook_dir):
     panel = page.locator(".nl-config-panel").nth(0)
     assert "CPU core(s)" in panel.locator(".nl-hardware").inner_text()
     fp8 = choice(panel, "fp8")
@@ -207,9 +210,10 @@ def test_pick_settings_save_launch_and_watch_the_run(page, notebook_dir):
     panel.locator(".nl-summary", has_text="→ FSDP · no · 2 process(es)").wait_for()
     assert panel.locator(".nl-error").count() == 0
     ARTIFACTS.mkdir(exist_ok=True)
-    panel.screenshot(path=str(ARTIFACTS / "panel.png"))
-    (ROOT / "docs").mkdir(exist_ok=True)
-    shutil.copyfile(ARTIFACTS / "panel.png", ROOT / "docs" / "panel.png")
+    panel.screenshot(path=str(ARTIFACTS / f"panel-{lab.app}.png"))
+    if lab.app == "lab":
+        (ROOT / "docs").mkdir(exist_ok=True)
+        shutil.copyfile(ARTIFACTS / "panel-lab.png", ROOT / "docs" / "panel.png")
 
     # DDP with bf16 on 2 processes; wait for the kernel's reading of the form before clicking on
     choice(panel, "DDP").click()
@@ -236,10 +240,10 @@ def test_pick_settings_save_launch_and_watch_the_run(page, notebook_dir):
     assert chart.is_visible() and chart.get_attribute("data-points") == "16"  # 2 epochs x 8 batches
     assert view.locator("svg.nl-chart polyline").is_visible()
     assert "epoch 1 · step 8/8" in view.inner_text()
-    view.screenshot(path=str(ARTIFACTS / "finished_run.png"))
+    view.screenshot(path=str(ARTIFACTS / f"finished_run-{lab.app}.png"))
 
 
-def test_stop_ends_every_worker(page, notebook_dir):
+def test_stop_ends_every_worker(page, lab, notebook_dir):
     psutil = pytest.importorskip("psutil")
     long_panel = page.locator(".nl-config-panel").nth(1)
     long_panel.locator(".nl-summary", has_text="→ DDP (CPU)").wait_for()
@@ -264,7 +268,7 @@ def test_stop_ends_every_worker(page, notebook_dir):
     assert (
         max(int(n) for n in re.findall(r"tick (\d+)", view.locator(".nl-pane-all").inner_text())) == last_tick
     )
-    view.screenshot(path=str(ARTIFACTS / "stopped_run.png"))
+    view.screenshot(path=str(ARTIFACTS / f"stopped_run-{lab.app}.png"))
 
 
 def test_stop_reaches_a_blocking_launch(tab, lab, notebook_dir):

@@ -1,4 +1,4 @@
-"""Driving JupyterLab 4 in Debian's headless Chromium with Playwright.
+"""Driving JupyterLab 4 and Notebook 7 in Debian's headless Chromium with Playwright.
 
 Waits use the status bar's kernel state and the app object (window.jupyterapp, exposed by the
 LabServer), never fixed sleeps.
@@ -13,9 +13,14 @@ CHROMIUM = "/usr/bin/chromium"  # Debian's package; Playwright is not allowed to
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"]
 NOTEBOOK = ".jp-NotebookPanel:not(.lm-mod-hidden)"
 
+# JupyterLab: its status bar reads "Python 3 (ipykernel) | Idle". Notebook 7 has no status bar:
+# ask the notebook's session context (window.jupyterapp) instead.
 KERNEL_IDLE = r"""() => {
   const bar = document.querySelector('#jp-main-statusbar');
-  return !!bar && /\|\s*Idle\b/.test(bar.innerText) && !/No Kernel/.test(bar.innerText);
+  if (bar) return /\|\s*Idle\b/.test(bar.innerText) && !/No Kernel/.test(bar.innerText);
+  const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+  const context = panel && panel.sessionContext;
+  return !!context && !!context.session && context.kernelDisplayStatus === 'idle';
 }"""
 
 ERRORS = r"""() => {

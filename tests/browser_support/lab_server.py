@@ -1,4 +1,4 @@
-"""An isolated JupyterLab on 127.0.0.1 with an OS-chosen port, for browser tests.
+"""An isolated JupyterLab 4 (or Notebook 7) on 127.0.0.1 with an OS-chosen port, for browser tests.
 
 Every Jupyter directory points into a fresh work dir, so a developer's settings, extensions and old
 workspaces cannot leak in. The real port is read back from the server's runtime file.
@@ -27,10 +27,19 @@ SETTINGS = {
 }
 
 
-class LabServer:
-    """`with LabServer(root, workdir) as lab: page.goto(lab.notebook_url("x.ipynb"))`."""
+APPS = {"lab": ("jupyter-lab", "LabApp"), "notebook": ("jupyter-notebook", "JupyterNotebookApp")}
 
-    def __init__(self, root_dir: Path, workdir: Path, startup_timeout: float = 90) -> None:
+
+class LabServer:
+    """`with LabServer(root, workdir) as lab: page.goto(lab.notebook_url("x.ipynb"))`.
+
+    app="notebook" serves Notebook 7 (one document per page, /notebooks/...) instead of JupyterLab.
+    """
+
+    def __init__(self, root_dir: Path, workdir: Path, startup_timeout: float = 90, app: str = "lab") -> None:
+        if app not in APPS:
+            raise ValueError(f"app must be one of {sorted(APPS)}, not {app!r}")
+        self.app = app
         self.root_dir = Path(root_dir).resolve()
         self.workdir = Path(workdir)
         self.startup_timeout = startup_timeout
@@ -63,19 +72,23 @@ class LabServer:
             JUPYTERLAB_WORKSPACES_DIR=str(dirs["workspaces"]),
             JUPYTER_PLATFORM_DIRS="1",
         )
+        executable, app_class = APPS[self.app]
         command = [
-            str(Path(sys.executable).with_name("jupyter-lab")),
+            str(Path(sys.executable).with_name(executable)),
             "--no-browser",
             "--ServerApp.ip=127.0.0.1",
             "--ServerApp.port=0",
             "--ServerApp.port_retries=0",
             f"--IdentityProvider.token={self.token}",
             f"--ServerApp.root_dir={self.root_dir}",
-            "--LabApp.expose_app_in_browser=True",  # window.jupyterapp, used to read cell outputs
-            "--LabApp.news_url=None",
-            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            f"--{app_class}.expose_app_in_browser=True",  # window.jupyterapp, used to read cell outputs
             "--ServerApp.terminals_enabled=False",
         ]
+        if self.app == "lab":
+            command += [
+                "--LabApp.news_url=None",
+                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            ]
         if os.geteuid() == 0:  # jupyter refuses to run as root without it
             command.append("--ServerApp.allow_root=True")
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
@@ -93,10 +106,12 @@ class LabServer:
         deadline = time.monotonic() + self.startup_timeout
         while self.port is None:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"jupyter lab exited with {self.proc.returncode}; see {self.log_path}")
+                raise RuntimeError(
+                    f"jupyter {self.app} exited with {self.proc.returncode}; see {self.log_path}"
+                )
             if time.monotonic() > deadline:
                 raise TimeoutError(
-                    f"jupyter lab wrote no {info_file} in {self.startup_timeout} s; see {self.log_path}"
+                    f"jupyter {self.app} wrote no {info_file} in {self.startup_timeout} s; see {self.log_path}"
                 )
             try:
                 self.port = int(json.loads(info_file.read_text())["port"])
@@ -110,7 +125,7 @@ class LabServer:
             except OSError:
                 time.sleep(0.1)
         raise TimeoutError(
-            f"jupyter lab's API did not answer in {self.startup_timeout} s; see {self.log_path}"
+            f"jupyter {self.app}'s API did not answer in {self.startup_timeout} s; see {self.log_path}"
         )
 
     def stop(self) -> None:
@@ -142,5 +157,7 @@ class LabServer:
         return f"http://127.0.0.1:{self.port}/{path}?{query}"
 
     def notebook_url(self, notebook: str) -> str:
-        """A fresh workspace per page, so Lab does not restore other notebooks' tabs."""
+        """Lab: a fresh workspace per page, so it does not restore other notebooks' tabs."""
+        if self.app == "notebook":
+            return self.url(f"notebooks/{notebook}")
         return self.url(f"lab/workspaces/t{secrets.token_hex(4)}/tree/{notebook}", reset=None)
