@@ -46,20 +46,35 @@ def run(name: str, facts_expression: str, workdir: Path) -> tuple[dict, str]:
 def test_fsdp_notebook(tmp_path):
     facts, text = run(
         "03_fsdp_transformer.ipynb",
-        '{"local": [fsdp[r]["local_params"] for r in range(2)], "total": fsdp[0]["total_params"],'
-        ' "kind": fsdp[0]["kind"], "ddp_local": ddp[0]["local_params"], "loss_gap": loss_gap,'
-        ' "largest_gap": gaps[largest],'
+        '{"memory": {name: [r[rank]["memory"] for rank in range(2)] for name, r in'
+        ' [("ddp", ddp), ("full", fsdp), ("grad_op", grad_op)]}, "total": fsdp[0]["total_bytes"],'
+        ' "kind": fsdp[0]["kind"], "grad_op_kind": grad_op[0]["kind"], "losses": fsdp[0]["losses"],'
+        ' "loss_gap": loss_gap, "largest_gap": gaps[largest], "grad_op_gap": grad_op_gap,'
+        ' "continuations": continuations,'
         ' "shards": sorted(p.name for p in (checkpoint / "pytorch_model_fsdp_0").glob("*.distcp")),'
-        ' "resumed_losses": resumed[0]["losses"]}',
+        ' "resumed_losses": resumed[0]["losses"], "resumed_memory": resumed[0]["memory"]}',
         tmp_path,
     )
-    assert facts["kind"] == "FSDP"  # the seed YAML's strategy reached the workers
-    assert sum(facts["local"]) == facts["total"] == facts["ddp_local"]
-    assert all(0.45 < n / facts["total"] < 0.55 for n in facts["local"])
-    assert facts["loss_gap"] < 1e-5 and facts["largest_gap"] < 1e-5
+    assert facts["kind"] == facts["grad_op_kind"] == "FSDP"  # the seed YAML's strategy reached the workers
+    total, memory = facts["total"], facts["memory"]
+    for rank in (0, 1):
+        ddp, full, grad_op = (memory[name][rank] for name in ("ddp", "full", "grad_op"))
+        assert ddp["parameters"] == ddp["optimizer"] == ddp["gathered_after_forward"] == total
+        for sharded in (full, grad_op):  # half of the parameter and optimizer bytes, both strategies
+            assert 0.45 * total < sharded["parameters"] < 0.55 * total
+            assert 0.45 * total < sharded["optimizer"] < 0.55 * total
+        assert full["gathered_after_forward"] == 0  # FULL_SHARD frees gathered blocks after forward
+        assert grad_op["gathered_after_forward"] == total  # SHARD_GRAD_OP keeps them until backward
+    assert sum(memory["full"][rank]["parameters"] for rank in (0, 1)) == total
+    # the same training as DDP, and a language model that learned its language
+    assert facts["loss_gap"] < 1e-5 and facts["largest_gap"] < 1e-5 and facts["grad_op_gap"] < 1e-5
+    assert facts["losses"][-1] < 0.5 < 3 < facts["losses"][0]
+    assert facts["continuations"]["[3, 5]"][2:] == [7, 9, 11, 13, 15, 17, 19, 21]
+    assert facts["continuations"]["[25, 28]"][2:5] == [31, 2, 5]  # wraps around the vocabulary
     assert facts["shards"] == ["__0_0.distcp", "__1_0.distcp"]
-    assert len(facts["resumed_losses"]) == 16  # the second epoch: 256 samples in batches of 16, one process
-    assert "holds 100,577 of 201,089 parameters (50%)" in text
+    assert len(facts["resumed_losses"]) == 32  # one more epoch: 512 sentences in batches of 16, one process
+    assert facts["resumed_memory"]["parameters"] == total
+    assert "parameters 401 KiB (50% of the model)" in text
 
 
 @pytest.mark.timeout(300)
@@ -67,7 +82,7 @@ def test_deepspeed_notebook(tmp_path):
     facts, text = run(
         "04_deepspeed.ipynb",
         '{"ok": DEEPSPEED_OK, "why": WHY_NOT, "zero": zero_results, "json_gap": json_gap,'
-        ' "resume_gap": resume_gap}',
+        ' "resume_gap": resume_gap, "share": zero_parameter_share, "ddp_losses": ddp[0]["losses"]}',
         tmp_path,
     )
     if not facts["ok"]:
@@ -78,4 +93,7 @@ def test_deepspeed_notebook(tmp_path):
     assert sorted(facts["zero"]) == ["1", "2", "3"]
     assert all(gap < 1e-5 for gap in facts["zero"].values()), facts["zero"]
     assert facts["json_gap"] < 1e-5 and facts["resume_gap"] < 1e-6
-    assert "saved tensors: {'0.weight': (128, 32)" in text
+    assert all(share == [1.0, 1.0] for share in (facts["share"]["1"], facts["share"]["2"]))
+    assert all(0.45 < share < 0.55 for share in facts["share"]["3"])  # ZeRO-3 partitions the parameters
+    assert facts["ddp_losses"][-1] < 0.5 < 3 < facts["ddp_losses"][0]  # notebook 03's language model
+    assert "saved 52 tensors, 205,088 numbers; head.weight (32, 64)" in text
