@@ -219,3 +219,38 @@ def compute_dtypes(steps: int = 3) -> dict:
     stored = str(next(model.parameters()).dtype)
     acc.end_training()
     return {"in_forward": seen[0], "stored": stored, "losses": losses}
+
+
+def fsdp_mechanics(steps: int = 2) -> dict:
+    """What the FSDP settings change inside a step, observed rather than configured:
+    how often a block's first Linear runs per step (2 = recomputed in backward: activation
+    checkpointing), which block weights are still gathered between forward and backward
+    (SHARD_GRAD_OP keeps them, FULL_SHARD frees them), and where the shards live (CPU offload)."""
+    from torch.distributed.fsdp import CPUOffloadPolicy
+
+    acc = Accelerator()
+    model = transformer_model()
+    model, opt = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=1e-2))
+    calls = []
+    model.blocks[0].linear1.register_forward_hook(lambda *_: calls.append(1))
+    x, y = transformer_data(16).tensors
+    gathered, per_step = None, []
+    for _ in range(steps):
+        before = len(calls)
+        out = model(x)
+        if gathered is None:
+            gathered = sum(
+                not hasattr(p, "to_local") for block in model.blocks for p in block.parameters(recurse=True)
+            )
+        acc.backward(nn.functional.mse_loss(out, y))
+        opt.step()
+        opt.zero_grad()
+        per_step.append(len(calls) - before)
+    group = model.blocks[0]._get_fsdp_state()._fsdp_param_group
+    acc.end_training()
+    return {
+        "linear1_calls_per_step": per_step,
+        "block_params_gathered_after_forward": gathered,
+        "block_params": sum(1 for block in model.blocks for _ in block.parameters()),
+        "cpu_offload": isinstance(group.offload_policy, CPUOffloadPolicy),
+    }

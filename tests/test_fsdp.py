@@ -12,6 +12,7 @@ import pytest
 import torch
 from sharding_trainers import (
     compute_dtypes,
+    fsdp_mechanics,
     train_and_save_model,
     train_transformer,
     train_with_checkpoint,
@@ -144,6 +145,25 @@ def test_bf16_runs_through_fsdps_mixed_precision_policy():
     assert fp32[0]["in_forward"] == "torch.float32"
     assert result[0]["losses"] == pytest.approx(fp32[0]["losses"], rel=3e-2)  # bf16 rounding, same training
     assert result[0]["losses"] != fp32[0]["losses"]
+
+
+@pytest.mark.parametrize(
+    "settings, calls, gathered, offload",
+    [
+        (dict(), 1, "none", False),
+        (dict(fsdp_sharding_strategy="SHARD_GRAD_OP"), 1, "all", False),
+        (dict(fsdp_offload_params=True, fsdp_activation_checkpointing=True), 2, "none", True),
+    ],
+    ids=["full-shard", "shard-grad-op", "cpu-offload+activation-checkpointing"],
+)
+def test_each_fsdp_setting_changes_what_happens_in_a_step(settings, calls, gathered, offload):
+    """Equal weights cannot tell these settings apart (they change memory and timing, not the
+    maths), so this observes them: recomputation, weights kept between passes, the offload policy."""
+    facts = notebook_launch(fsdp_mechanics, num_processes=2, timeout=TIMEOUT, **fsdp(**settings))[0]
+    assert facts["linear1_calls_per_step"] == [calls, calls]
+    expected = 0 if gathered == "none" else facts["block_params"]
+    assert facts["block_params_gathered_after_forward"] == expected
+    assert facts["cpu_offload"] is offload
 
 
 def test_no_shard_falls_back_to_ddp_with_a_note(ddp_sgd):

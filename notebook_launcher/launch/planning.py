@@ -135,6 +135,18 @@ def _host_store(port: int) -> Any:
         ) from None
 
 
+def _threads_per_worker(user_value: str | None, cores: int, nproc: int) -> int | None:
+    """The user's OMP_NUM_THREADS, else the cores shared out. The worker applies it with
+    torch.set_num_threads: a forked worker keeps the kernel's thread pool, which the variable alone
+    no longer changes (with OMP_NUM_THREADS=1 set in the notebook, workers still ran 2 threads)."""
+    if user_value is None:
+        return max(1, cores // nproc)
+    try:
+        return max(1, int(user_value))
+    except ValueError:
+        return None  # not a number: leave it to OpenMP, as the user wrote it
+
+
 def make_specs(
     config: LaunchConfig,
     nproc: int,
@@ -149,7 +161,7 @@ def make_specs(
 
     world = nproc * config.num_machines
     extra_env = {"TORCHELASTIC_USE_AGENT_STORE": "True", **(extra_env or {})}
-    threads = None if "OMP_NUM_THREADS" in os.environ else max(1, cpu_count() // nproc)
+    threads = _threads_per_worker(os.environ.get("OMP_NUM_THREADS"), cpu_count(), nproc)
     specs = []
     for local_rank in range(nproc):
         rank = config.machine_rank * nproc + local_rank

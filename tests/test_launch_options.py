@@ -1,0 +1,120 @@
+"""notebook_launch's defaults and options, each observed in real workers: the process count when
+none is given, threads per worker, show_ranks, several failing ranks, and a clean parent after a
+failure or a timeout (not only after a success)."""
+
+import os
+import signal
+import time
+
+import psutil
+import pytest
+import torch
+
+from notebook_launcher import LaunchTimeout, WorkerError, notebook_launch
+from notebook_launcher.hardware import cpu_count
+from notebook_launcher.launch.planning import port_is_free
+
+
+def rank_and_threads():
+    from notebook_launcher import Accelerator
+
+    acc = Accelerator()
+    return acc.process_index, acc.num_processes, torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+
+
+def test_without_num_processes_a_cpu_machine_gets_two_processes_and_is_told(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("NOTEBOOK_LAUNCHER_CONFIG_FILE", str(tmp_path / "none.yaml"))  # no default file
+    result = notebook_launch(rank_and_threads)
+    assert [r[:2] for r in result] == [(0, 2), (1, 2)]
+    assert "num_processes not given and no GPU found; using 2 CPU processes" in capsys.readouterr().out
+
+
+def test_each_worker_gets_its_share_of_the_cores(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    share = max(1, cpu_count() // 2)
+    assert [r[2:] for r in notebook_launch(rank_and_threads, num_processes=2, quiet=True)] == [
+        (share, str(share)),
+        (share, str(share)),
+    ]
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the user's own setting wins
+    assert [r[2:] for r in notebook_launch(rank_and_threads, num_processes=2, quiet=True)] == [
+        (1, "1"),
+        (1, "1"),
+    ]
+
+
+def say_hello():
+    from notebook_launcher import Accelerator
+
+    print(f"hello from rank {Accelerator().process_index}", flush=True)
+
+
+def test_show_ranks_prints_only_the_chosen_ranks_and_keeps_every_log(capsys):
+    result = notebook_launch(say_hello, num_processes=2, show_ranks=1)
+    out = capsys.readouterr().out
+    assert "[rank1] hello from rank 1" in out
+    assert "hello from rank 0" not in out
+    assert "hello from rank 0" in result.logs[0]  # hidden from the cell, still kept
+
+
+def both_ranks_fail():
+    from notebook_launcher import Accelerator
+
+    rank = Accelerator().process_index
+    if rank == 0:  # fails too, a moment later: ignore the launcher's SIGTERM so it gets that far
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(0.5)
+        raise KeyError("rank zero's own problem")
+    raise ValueError("rank one fails first")
+
+
+def test_several_failing_ranks_report_the_first_and_list_the_rest():
+    with pytest.raises(WorkerError) as info:
+        notebook_launch(both_ranks_fail, num_processes=2, quiet=True)
+    err = info.value
+    assert err.rank == 1 and err.exc_type == "ValueError"
+    assert [(other.rank, other.exc_type) for other in err.others] == [(0, "KeyError")]
+    also = str(err).split("Also failed")[1]
+    assert "rank 0 raised KeyError" in also and "rank one fails first" not in also
+
+
+def sleeps():
+    time.sleep(60)
+
+
+def _snapshot():
+    return (
+        dict(os.environ),
+        {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)},
+        sorted(os.listdir("/proc/self/fd")),
+    )
+
+
+@pytest.mark.parametrize("outcome", ["failure", "timeout"])
+def test_the_parent_is_clean_after_a_failure_or_a_timeout(outcome):
+    notebook_launch(say_hello, num_processes=2, quiet=True)  # warm: one-time imports open files
+    before = _snapshot()
+    ports = []
+    for _ in range(3):
+        port = _free_port()
+        ports.append(port)
+        expected = WorkerError if outcome == "failure" else LaunchTimeout
+        fn = both_ranks_fail if outcome == "failure" else sleeps
+        with pytest.raises(expected):
+            notebook_launch(
+                fn, num_processes=2, quiet=True, master_port=port, timeout=1.0 if fn is sleeps else None
+            )
+    after = _snapshot()
+    assert after[0] == before[0], "os.environ changed"
+    assert after[1] == before[1], "signal handlers changed"
+    assert len(after[2]) <= len(before[2]), f"file descriptors leaked: {before[2]} -> {after[2]}"
+    assert all(port_is_free(port) for port in ports), "a rendezvous port is still held"
+    assert not psutil.Process().children()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
