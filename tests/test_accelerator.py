@@ -100,6 +100,36 @@ def test_outputs_come_back_in_fp32_under_bf16():
         assert torch.nn.functional.linear(torch.randn(2, 4), torch.randn(4, 4)).dtype == torch.bfloat16
 
 
+@pytest.mark.parametrize(
+    "precision, dtype", [("fp16", torch.float16), ("bf16", torch.bfloat16), ("no", torch.float32)]
+)
+def test_the_prepared_model_really_computes_in_the_chosen_precision(precision, dtype):
+    acc = Accelerator(mixed_precision=precision)
+    inner = nn.Linear(4, 4)
+    seen = []
+    inner.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+    model = acc.prepare(nn.Sequential(inner, nn.ReLU(), nn.Linear(4, 1)))
+    out = model(torch.randn(8, 4))
+    assert seen == [dtype]  # the layer ran in fp16 / bf16 (autocast), not in fp32
+    assert out.dtype == torch.float32  # and the output is handed back in fp32, as in Accelerate
+
+
+def test_fp16_scales_the_loss_before_backward():
+    torch.manual_seed(0)
+    reference = nn.Linear(4, 1)
+    x = torch.randn(8, 4)
+    reference(x).mean().backward()
+    acc = Accelerator(mixed_precision="fp16", kwargs_handlers=[GradScalerKwargs(init_scale=1024)])
+    model = nn.Linear(4, 1)
+    model.load_state_dict(reference.state_dict())
+    model, opt = acc.prepare(model, optim.SGD(model.parameters(), lr=0.1))
+    acc.backward(model(x).mean())
+    # gradients are 1024x the true ones until the optimizer step unscales them
+    torch.testing.assert_close(
+        model.weight.grad, 1024 * reference.weight.grad, rtol=1e-2, atol=0
+    )  # fp16 rounding
+
+
 def test_fp16_overflow_skips_the_step_and_the_scheduler():
     acc = Accelerator(mixed_precision="fp16", kwargs_handlers=[GradScalerKwargs(init_scale=1024)])
     model = nn.Linear(4, 1)
