@@ -154,6 +154,25 @@ def test_fp16_overflow_skips_the_step_and_the_scheduler():
     assert sched.get_last_lr() == [0.05]
 
 
+def test_the_fp16_loss_scale_survives_save_state_and_load_state(tmp_path):
+    def fp16_run():
+        acc = Accelerator(mixed_precision="fp16", kwargs_handlers=[GradScalerKwargs(init_scale=1024)])
+        model = nn.Linear(4, 1)
+        model, opt = acc.prepare(model, optim.SGD(model.parameters(), lr=0.1))
+        return acc, model, opt
+
+    acc, model, opt = fp16_run()
+    acc.backward(model(torch.randn(8, 4)).sum() * float("inf"))
+    opt.step()  # overflow: skipped, scale backed off
+    assert acc.scaler.get_scale() == 512.0
+    acc.save_state(str(tmp_path / "ckpt"))
+    reset_state()
+    acc, model, opt = fp16_run()
+    assert acc.scaler.get_scale() == 1024.0
+    acc.load_state(str(tmp_path / "ckpt"))
+    assert acc.scaler.get_scale() == 512.0  # resumed with the scale it had, not from scratch
+
+
 def test_clip_grad_norm_unscales_first():
     acc = Accelerator(mixed_precision="fp16", kwargs_handlers=[GradScalerKwargs(init_scale=256)])
     model = nn.Linear(4, 1)

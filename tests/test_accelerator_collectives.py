@@ -147,9 +147,12 @@ def train_with_an_unused_layer(find_unused: bool) -> str:
     from notebook_launcher import Accelerator, DistributedDataParallelKwargs
 
     acc = Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=find_unused)])
-    model, opt = acc.prepare(PartlyUsed(), torch.optim.SGD(PartlyUsed().parameters(), lr=0.1))
+    model = PartlyUsed()
+    model, opt = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
     for _ in range(2):
         acc.backward(model(torch.ones(1, 2)).sum())
+        opt.step()
+        opt.zero_grad()
     return "trained"
 
 

@@ -112,7 +112,7 @@ def test_a_learning_rate_scheduler_reaches_the_engine(stage):
     )  # the schedule mattered
 
 
-@pytest.mark.parametrize("stage", [2, 3])
+@pytest.mark.parametrize("stage", [1, 2, 3])
 def test_save_state_and_load_state_round_trip(stage, tmp_path):
     folder = str(tmp_path / "ckpt")
     config = zero(stage)
