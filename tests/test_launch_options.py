@@ -2,6 +2,7 @@
 none is given, threads per worker, show_ranks, several failing ranks, and a clean parent after a
 failure or a timeout (not only after a success)."""
 
+import json
 import os
 import signal
 import time
@@ -118,3 +119,41 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+WARM_START_SCRIPT = """
+import json, sys, time
+from notebook_launcher import notebook_launch
+
+def ddp_step():
+    import torch
+    from notebook_launcher import Accelerator
+    acc = Accelerator()
+    model = acc.prepare(torch.nn.Linear(2, 1))  # DDP: its first construction imports torch._dynamo
+    acc.backward(model(torch.ones(1, 2)).sum())
+    return "torch._dynamo" in sys.modules
+
+if __name__ == "__main__":
+    before = "torch._dynamo" in sys.modules
+    first = notebook_launch(ddp_step, num_processes=2, quiet=True)
+    start = time.monotonic()
+    notebook_launch(ddp_step, num_processes=2, quiet=True)
+    print("WARM " + json.dumps({"before": before, "after": "torch._dynamo" in sys.modules,
+                                "workers": list(first), "relaunch_s": time.monotonic() - start}))
+"""
+
+
+def test_the_first_launch_imports_what_every_worker_needs_once_in_the_parent(tmp_path):
+    """Warm start: torch._dynamo (which DDP imports on first use, ~1.3 s) is imported in the parent
+    before forking, so forked workers find it already loaded and relaunches start fast."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "warm.py"
+    script.write_text(WARM_START_SCRIPT)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    facts = json.loads(out.stdout.split("WARM ", 1)[1])
+    assert facts["before"] is False and facts["after"] is True  # imported in the parent by the launch
+    assert facts["workers"] == [True, True]
+    assert facts["relaunch_s"] < 5, facts

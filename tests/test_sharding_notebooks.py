@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,10 @@ def run(name: str, facts_expression: str, workdir: Path) -> tuple[dict, str]:
     client = nbclient.NotebookClient(
         nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}
     )
+    start = time.monotonic()
     client.execute()
+    took = time.monotonic() - start
+    assert took < 120, f"{name} took {took:.0f} s; each notebook must run in under 2 minutes on 2 cores"
     text = "".join(
         o.get("text", "")
         for cell in nb.cells

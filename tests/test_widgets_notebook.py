@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,10 @@ def execute(nb, workdir: Path):
     client = nbclient.NotebookClient(
         nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}
     )
+    start = time.monotonic()
     client.execute()
+    took = time.monotonic() - start
+    assert took < 120, f"the notebook took {took:.0f} s; each must run in under 2 minutes on 2 cores"
     models: dict[str, list[dict]] = {}
     for model in nb.metadata["widgets"][STATE]["state"].values():
         models.setdefault(model["model_name"], []).append(model["state"])
