@@ -157,3 +157,12 @@ def test_the_first_launch_imports_what_every_worker_needs_once_in_the_parent(tmp
     assert facts["before"] is False and facts["after"] is True  # imported in the parent by the launch
     assert facts["workers"] == [True, True]
     assert facts["relaunch_s"] < 5, facts
+
+
+def test_one_process_still_runs_in_a_worker_not_in_the_caller():
+    """num_processes=1 runs in a child too, so the kernel stays clean (in_process=True opts out)."""
+    (pid, world) = notebook_launch(
+        lambda: (os.getpid(), int(os.environ["WORLD_SIZE"])), num_processes=1, quiet=True
+    )[0]
+    assert pid != os.getpid() and world == 1
+    assert "WORLD_SIZE" not in os.environ or os.environ["WORLD_SIZE"] != "1"
