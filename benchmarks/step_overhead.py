@@ -72,7 +72,11 @@ def raw_worker(rank: int, world: int, port: int, name: str, steps: int, out) -> 
     rate = _time_loop(model, opt, loader, lambda loss: loss.backward(), steps)
     if rank == 0:
         out.put(rate)
-    dist.destroy_process_group()
+    dist.barrier()
+    # Leave without tearing down: destroying the gloo group while DDP's Reducer still holds it can
+    # deadlock (~ProcessGroupGloo joins its worker thread, which waits for the GIL the dying Reducer
+    # holds; seen here once in a few runs). notebook_launch's workers leave the same way.
+    os._exit(0)
 
 
 def ours(name: str, steps: int) -> float:
