@@ -44,6 +44,15 @@ def transformer_data(n: int = 64) -> TensorDataset:
     return TensorDataset(x, y)
 
 
+SGD = dict(batch_size=8, optimizer="sgd", lr=0.05)  # train_transformer's kwargs for weight comparisons
+
+
+def assert_same_weights(got: dict, want: dict, atol: float) -> None:
+    assert got.keys() == want.keys()
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], atol=atol, rtol=0, msg=f"parameter {name} differs")
+
+
 def _optimizer(params, lr: float, kind: str = "adamw") -> torch.optim.Optimizer:
     """SGD+momentum wherever weights are compared: AdamW turns gradients that are rounding noise (the
     attention key bias has a true gradient of zero) into full-size steps, by amounts that depend on

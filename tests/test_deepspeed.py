@@ -13,6 +13,8 @@ import json
 import pytest
 import torch
 from sharding_trainers import (
+    SGD,
+    assert_same_weights,
     train_and_save_model,
     train_seed_model,
     train_transformer,
@@ -37,15 +39,6 @@ TIMEOUT = 300
 
 def zero(stage: int, **fields) -> dict:
     return dict(distributed_type="DEEPSPEED", deepspeed_config={"zero_stage": stage, **fields})
-
-
-def assert_same_weights(got, want, atol):
-    assert got.keys() == want.keys()
-    for name in want:
-        torch.testing.assert_close(got[name], want[name], atol=atol, rtol=0, msg=f"parameter {name} differs")
-
-
-SGD = dict(batch_size=8, optimizer="sgd", lr=0.05)
 
 
 @pytest.fixture(scope="module")

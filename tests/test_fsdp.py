@@ -11,6 +11,8 @@ vs a larger batch, size-based wrap): 1e-5.
 import pytest
 import torch
 from sharding_trainers import (
+    SGD,
+    assert_same_weights,
     compute_dtypes,
     fsdp_mechanics,
     train_and_save_model,
@@ -33,15 +35,6 @@ def fsdp(**fsdp_config):
     return dict(
         distributed_type="FSDP", fsdp_config={"fsdp_transformer_layer_cls_to_wrap": LAYER, **fsdp_config}
     )
-
-
-def assert_same_weights(got, want, atol):
-    assert got.keys() == want.keys()
-    for name in want:
-        torch.testing.assert_close(got[name], want[name], atol=atol, rtol=0, msg=f"parameter {name} differs")
-
-
-SGD = dict(batch_size=8, optimizer="sgd", lr=0.05)
 
 
 @pytest.fixture(scope="module")
