@@ -220,12 +220,6 @@ def test_repeated_launches_leave_env_signals_and_fds_unchanged():
     assert not psutil.Process().children()
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize(
     "call, message",
     [

@@ -2,13 +2,13 @@
 (threads), and two separate programs as two machines would run them."""
 
 import json
-import socket
 import subprocess
 import sys
 import threading
 import time
 
 import torch
+from test_cli_helpers import free_port
 
 from notebook_launcher import notebook_launch
 
@@ -25,7 +25,7 @@ def two_node_all_reduce():
 
 
 def test_two_nodes_over_loopback():
-    port = _free_port()
+    port = free_port()
     results = {}
 
     def node(rank):
@@ -74,7 +74,7 @@ def test_two_machines_as_two_separate_programs(tmp_path):
     """What two machines do: two independent programs (here on one host), 2 processes each."""
     script = tmp_path / "node.py"
     script.write_text(NODE_SCRIPT)
-    port = _free_port()
+    port = free_port()
     nodes = [
         subprocess.Popen(
             [sys.executable, str(script), str(rank), str(port)],
@@ -93,9 +93,3 @@ def test_two_machines_as_two_separate_programs(tmp_path):
     }
     assert results[0] == [(4, 0, 0, 10.0), (4, 1, 1, 10.0)]
     assert results[1] == [(4, 2, 0, 10.0), (4, 3, 1, 10.0)]
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -10,6 +10,7 @@ import time
 import psutil
 import pytest
 import torch
+from test_cli_helpers import free_port
 
 from notebook_launcher import LaunchTimeout, WorkerError, notebook_launch
 from notebook_launcher.hardware import cpu_count
@@ -97,7 +98,7 @@ def test_the_parent_is_clean_after_a_failure_or_a_timeout(outcome):
     before = _snapshot()
     ports = []
     for _ in range(3):
-        port = _free_port()
+        port = free_port()
         ports.append(port)
         expected = WorkerError if outcome == "failure" else LaunchTimeout
         fn = both_ranks_fail if outcome == "failure" else sleeps
@@ -111,14 +112,6 @@ def test_the_parent_is_clean_after_a_failure_or_a_timeout(outcome):
     assert len(after[2]) <= len(before[2]), f"file descriptors leaked: {before[2]} -> {after[2]}"
     assert all(port_is_free(port) for port in ports), "a rendezvous port is still held"
     assert not psutil.Process().children()
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 WARM_START_SCRIPT = """
