@@ -1,6 +1,7 @@
 """notebook_launch from plain Python: values, output, failures, cleanup, bad input (issue 3)."""
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -114,15 +115,22 @@ def raise_on_rank_one_while_rank_zero_waits():
     acc = Accelerator()
     if acc.process_index == 1:
         time.sleep(0.3)
+        print(f"failing at {time.time():.3f}", flush=True)
         raise ValueError("rank one is broken")
     dist.barrier()
 
 
+def failed_at(text: str, marker: str) -> float:
+    """When the worker said it was failing (wall clock). The clock starts at the failure, not at
+    the launch: gloo's own setup now and then stalls for 5 s on this machine (plain
+    torch.distributed too), which says nothing about how fast a failure is reported."""
+    return float(re.search(rf"{marker} (\d+\.\d+)", text).group(1))
+
+
 def test_failure_names_the_culprit_quickly_and_leaves_nothing():
-    start = time.monotonic()
     with pytest.raises(WorkerError) as info:
         notebook_launch(raise_on_rank_one_while_rank_zero_waits, num_processes=2, quiet=True)
-    elapsed = time.monotonic() - start
+    elapsed = time.time() - failed_at(info.value.logs[1], "failing at")
     err = info.value
     assert err.rank == 1 and err.exc_type == "ValueError"
     assert "rank one is broken" in str(err) and "raise ValueError" in err.traceback
@@ -138,16 +146,15 @@ def test_a_rank_dying_without_exception_is_reported(how, code):
 
         acc = Accelerator()
         if acc.process_index == 1:
-            print("about to die", flush=True)
+            print(f"about to die {time.time():.3f}", flush=True)
             if how == "exit":
                 os._exit(3)
             os.kill(os.getpid(), signal.SIGKILL)
         acc.wait_for_everyone()
 
-    start = time.monotonic()
     with pytest.raises(WorkerError) as info:
         notebook_launch(die, num_processes=2, quiet=True)
-    assert time.monotonic() - start < 5
+    assert time.time() - failed_at(str(info.value), "about to die") < 5
     assert info.value.rank == 1 and info.value.exitcode == code
     assert "about to die" in str(info.value)
 
@@ -268,7 +275,8 @@ def test_timeout_shows_where_each_hung_rank_was():
             time.sleep(60)
 
     with pytest.raises(LaunchTimeout) as info:
-        notebook_launch(stuck_in_barrier, num_processes=2, quiet=True, timeout=3)
+        # long enough for rank 0 to reach the barrier even when gloo's setup stalls (5 s, see failed_at)
+        notebook_launch(stuck_in_barrier, num_processes=2, quiet=True, timeout=8)
     assert "dist.barrier()  # rank 1 never joins" in info.value.stacks[0]
     assert "time.sleep(60)" in info.value.stacks[1]
     assert "where rank 0 was" in str(info.value)
