@@ -187,7 +187,7 @@ def test_failing_rank_is_named_with_its_traceback_and_no_worker_survives(tmp_pat
     assert "Traceback of rank 1:" in summary
     assert f'File "{tmp_path / "fail.py"}", line 6, in explode' in summary
     assert "ValueError: boom on rank 1" in summary
-    assert "runpy" not in summary and "cli_bootstrap" not in summary  # only the user's frames
+    assert "runpy" not in summary and "cli/bootstrap.py" not in summary  # only the user's frames
     assert "rank 0 was stopped by the launcher after rank 1 failed." in summary
     pids = [int((tmp_path / f"pid{rank}").read_text()) for rank in (0, 1)]
     deadline = time.monotonic() + 5
@@ -282,7 +282,7 @@ def test_seed_fsdp_yaml_with_a_missing_layer_class_names_the_models_classes(tmp_
 
 
 def test_launch_help_lists_every_flag_in_both_spellings(tmp_path):
-    from notebook_launcher.launch.cli_args import FLAGS
+    from notebook_launcher.cli.flags import FLAGS
 
     result = run_cli(["launch", "--help"], cwd=tmp_path)
     assert result.returncode == 0, explain(result)

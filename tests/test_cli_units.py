@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 from test_cli_helpers import cli_env, explain, finish, start_cli
 
+from notebook_launcher.cli.flags import FLAGS, launch_parser
+from notebook_launcher.cli.resolve import flag_overrides
+from notebook_launcher.cli.torchrun import build_plan, describe_failures, root_cause
 from notebook_launcher.config import LaunchConfig
-from notebook_launcher.launch.cli_args import FLAGS, launch_parser
-from notebook_launcher.launch.cli_resolve import flag_overrides
-from notebook_launcher.launch.cli_run import build_plan, describe_failures, root_cause
 
 
 def test_every_flag_lands_on_a_real_config_field():
@@ -59,7 +59,7 @@ def test_plan_for_c10d_names_the_host_and_gives_each_worker_its_threads():
     assert "--rdzv_conf=is_host=false" in plan.torchrun_args and "--nproc_per_node=2" in plan.torchrun_args
     assert plan.torchrun_args[-5:] == [
         "--module",
-        "notebook_launcher.launch.cli_bootstrap",
+        "notebook_launcher.cli.bootstrap",
         "script",
         "t.py",
         "--x",
@@ -69,7 +69,7 @@ def test_plan_for_c10d_names_the_host_and_gives_each_worker_its_threads():
 
 
 def test_rdzv_backend_and_restarts_from_the_file_reach_torchrun(tmp_path):
-    from notebook_launcher.launch.cli_resolve import resolve_launch_config
+    from notebook_launcher.cli.resolve import resolve_launch_config
 
     path = tmp_path / "c.yaml"
     path.write_text("num_processes: 2\nrdzv_backend: c10d\nmax_restarts: 2\nmain_process_port: 0\n")

@@ -197,7 +197,7 @@ def held_bytes() -> dict:
 
 
 def test_zero3_in_fp32_holds_half_of_ddps_parameter_and_optimizer_bytes():
-    """DeepSpeed would keep a second fp32 copy of each partition (deepspeed_memory.py says why it
+    """DeepSpeed would keep a second fp32 copy of each partition (strategies/deepspeed/memory.py says why it
     should not); with the copy shared, ZeRO-3 at 2 ranks holds what FSDP does: about half."""
     ddp = notebook_launch(held_bytes, num_processes=2, timeout=TIMEOUT)
     zero3 = notebook_launch(held_bytes, num_processes=2, timeout=TIMEOUT, **zero(3))

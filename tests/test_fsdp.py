@@ -25,7 +25,7 @@ import notebook_launcher.runtime.strategies.fsdp  # noqa: F401  (imported once h
 from notebook_launcher import notebook_launch
 from notebook_launcher.config import FSDPConfig
 from notebook_launcher.errors import ConfigError
-from notebook_launcher.runtime.strategies import fsdp_plan
+from notebook_launcher.runtime.strategies.fsdp import plan as fsdp_plan
 
 LAYER = "TransformerEncoderLayer"
 TIMEOUT = 120

@@ -14,7 +14,7 @@ from test_cli_helpers import free_port
 
 from notebook_launcher import LaunchTimeout, WorkerError, notebook_launch
 from notebook_launcher.hardware import cpu_count
-from notebook_launcher.launch.planning import port_is_free
+from notebook_launcher.network import port_is_free
 
 
 def rank_and_threads():

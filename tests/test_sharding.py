@@ -5,8 +5,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from notebook_launcher.errors import ConfigError
-from notebook_launcher.runtime.data import DataLoaderShard, GradientState
-from notebook_launcher.runtime.sharding import plan_epoch
+from notebook_launcher.runtime.data import DataLoaderShard, GradientState, plan_epoch
 
 # (dataset size, batch size, split_batches, even_batches, drop_last) -> [rank0 batches, rank1 batches]
 TABLE = {

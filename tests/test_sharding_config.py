@@ -10,7 +10,7 @@ from torch import nn
 from notebook_launcher import LaunchConfig
 from notebook_launcher.errors import ConfigError
 from notebook_launcher.runtime import fp8
-from notebook_launcher.runtime.strategies.deepspeed_config import build_engine_config
+from notebook_launcher.runtime.strategies.deepspeed.config import build_engine_config
 
 
 def engine_config(micro=8, world=2, client_optimizer=True, **launch):

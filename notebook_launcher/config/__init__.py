@@ -1,4 +1,9 @@
-"""What a run is launched with: LaunchConfig, its sections, files and the env contract."""
+"""WHAT a run is launched with: LaunchConfig and its FSDP/DeepSpeed sections (launch_config.py,
+sections.py), Accelerate's enums (enums.py), YAML/JSON files (files.py) and the env contract that
+carries a config into every worker (env.py).
+
+Imports only errors and the standard library (torch never at module level): everyone may import it.
+"""
 
 from .env import CONFIG_ENV, config_from_env, config_to_env, patched_environ, worker_env
 from .files import default_config_path, load_config, resolve_config, save_config, to_file_dict

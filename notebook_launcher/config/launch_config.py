@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError, bad_value, closest
+from .enums import DistributedType, PrecisionType
 from .sections import DeepSpeedConfig, FSDPConfig, check_strategy_sections
 
-DISTRIBUTED_TYPES = ("NO", "MULTI_CPU", "MULTI_GPU", "FSDP", "DEEPSPEED")
-MIXED_PRECISIONS = ("no", "fp16", "bf16", "fp8")
+DISTRIBUTED_TYPES = tuple(t.value for t in DistributedType)
+MIXED_PRECISIONS = tuple(p.value for p in PrecisionType)
 RDZV_BACKENDS = ("static", "c10d")
 
 # Keys Accelerate writes into every config file that mean nothing for this launcher. They are

@@ -1,4 +1,5 @@
-"""notebook_launch(): run a notebook-defined function on N processes and get everything back.
+"""notebook_launch() and start_launch(): run a notebook-defined function on N processes and get
+everything back — blocking, or in the background with a RunHandle.
 
 Fork is used when safe (fast, and functions defined in cells just work); when the kernel already
 holds CUDA, spawn with the function cloudpickled by value. The kernel is left exactly as it was.
@@ -7,15 +8,14 @@ holds CUDA, spawn with the function cloudpickled by value. The kernel is left ex
 from __future__ import annotations
 
 import os
-import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..errors import ConfigError
 from . import planning
+from .handle import RunHandle, collect_result
 from .output import CellPrinter
-from .plan import LaunchPlan
+from .planning import LaunchPlan
 from .result import LaunchResult
 from .supervisor import Supervisor
 
@@ -108,19 +108,6 @@ def _prepare(
     )
 
 
-def _result(supervisor: Supervisor, plan: LaunchPlan) -> LaunchResult:
-    ranks = [spec.rank for spec in plan.specs]
-    return LaunchResult(
-        [supervisor.record.values.get(rank) for rank in ranks],
-        ranks=ranks,
-        logs=supervisor.logs,
-        metrics=supervisor.record.metrics,
-        duration=time.monotonic() - supervisor.started,
-        start_method=plan.start_method,
-        world_size=plan.world_size,
-    )
-
-
 def _plan_and_watchers(fn, args, kwargs, options: dict[str, Any], config_overrides: dict[str, Any]):
     """The shared front half of notebook_launch and start_launch: plan the run, pick observers."""
     say = (lambda _msg: None) if options["quiet"] else print
@@ -148,6 +135,22 @@ def _plan_and_watchers(fn, args, kwargs, options: dict[str, Any], config_overrid
     return plan, watchers
 
 
+def _displayed_view(view: Any) -> Any:
+    """The RunView that view= asks for: a new one shown in the cell (True), or the caller's own.
+
+    The only place the launcher touches widgets, and only when asked (the arrow is widgets -> launch).
+    """
+    if view is not True:
+        return view
+    from IPython.display import display
+
+    from ..widgets import RunView
+
+    shown = RunView()
+    display(shown)
+    return shown
+
+
 def notebook_launch(
     fn: Callable[..., Any],
     args: Sequence[Any] = (),
@@ -164,6 +167,7 @@ def notebook_launch(
     master_port: int | None = None,
     show_ranks: int | Iterable[int] | None = None,
     quiet: bool = False,
+    view: Any = False,
     observers: Sequence[Callable[[Any], None]] = (),
     poll_hooks: Sequence[Callable[[], Any]] = (),
     in_process: bool = False,
@@ -181,15 +185,25 @@ def notebook_launch(
     num_nodes=M the world has num_processes * M ranks. Other keyword arguments are LaunchConfig
     fields (gradient_accumulation_steps, distributed_type, seed, fsdp_config, ...).
 
+    view=True shows a live RunView (per-rank output, progress, metrics chart, Stop button) instead of
+    printing lines; pass a RunView instance to reuse one. observers are called with every launch
+    event; poll_hooks are called while the cell waits (one returning True stops the run).
+
     in_process=True (with num_processes=1) runs fn right here, as rank 0 of a world of one: the
     original exception propagates, so `%debug` lands in your frame.
     """
     if in_process:
         return _launch_in_process(fn, args, kwargs, num_processes, config, mixed_precision, config_overrides)
-    plan, watchers = _plan_and_watchers(fn, args, kwargs, locals(), config_overrides)
+    options = dict(locals())
+    shown = _displayed_view(view)
+    if shown:
+        options["observers"] = [*observers, shown]
+        poll_hooks = [*poll_hooks, shown.poll]
+        options["quiet"] = True
+    plan, watchers = _plan_and_watchers(fn, args, kwargs, options, config_overrides)
     supervisor = Supervisor(plan, watchers, poll_hooks)
     supervisor.run()
-    return _result(supervisor, plan)
+    return collect_result(supervisor, plan)
 
 
 def _launch_in_process(fn, args, kwargs, num_processes, config, mixed_precision, overrides) -> LaunchResult:
@@ -203,48 +217,6 @@ def _launch_in_process(fn, args, kwargs, num_processes, config, mixed_precision,
         raise ConfigError(f"notebook_launch needs a function to run; got {type(fn).__name__} {fn!r}.")
     cfg = planning.build_config(config, dict(mixed_precision=mixed_precision, **overrides))
     return run_in_process(fn, tuple(args), dict(kwargs or {}), cfg.replace(num_processes=1, num_machines=1))
-
-
-class RunHandle:
-    """A launch running in a background thread (so a widget's Stop button can still be clicked)."""
-
-    def __init__(
-        self,
-        plan: LaunchPlan,
-        observers: Sequence[Callable[[Any], None]],
-        poll_hooks: Sequence[Callable[[], Any]],
-    ):
-        self._stop = threading.Event()
-        self._supervisor = Supervisor(plan, observers, poll_hooks, should_stop=self._stop.is_set)
-        self._plan = plan
-        self._error: BaseException | None = None
-        self.result: LaunchResult | None = None
-        self._thread = threading.Thread(target=self._run, name="notebook_launcher-supervisor", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._supervisor.run()
-            self.result = _result(self._supervisor, self._plan)
-        except BaseException as exc:  # noqa: BLE001 - handed to wait()
-            self._error = exc
-
-    def stop(self) -> None:
-        """Stop every worker now (like an interrupt); wait() then raises LaunchStopped."""
-        self._stop.set()
-
-    @property
-    def done(self) -> bool:
-        return not self._thread.is_alive()
-
-    def wait(self, timeout: float | None = None) -> LaunchResult:
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            raise TimeoutError(f"The launch is still running after {timeout}s.")
-        if self._error is not None:
-            raise self._error
-        assert self.result is not None
-        return self.result
 
 
 def start_launch(
@@ -263,10 +235,22 @@ def start_launch(
     master_port: int | None = None,
     show_ranks: int | Iterable[int] | None = None,
     quiet: bool = False,
+    view: Any = False,
     observers: Sequence[Callable[[Any], None]] = (),
     poll_hooks: Sequence[Callable[[], Any]] = (),
     **config_overrides: Any,
 ) -> RunHandle:
-    """Like notebook_launch, but returns at once with a RunHandle (wait(), stop(), done, result)."""
-    plan, watchers = _plan_and_watchers(fn, args, kwargs, locals(), config_overrides)
-    return RunHandle(plan, watchers, poll_hooks)
+    """Like notebook_launch, but returns at once with a RunHandle (wait(), stop(), done, result).
+
+    view=True shows a live RunView whose Stop button stops this run; pass a RunView to reuse one.
+    """
+    options = dict(locals())
+    shown = _displayed_view(view)
+    if shown:
+        options["observers"] = [*observers, shown]
+        options["quiet"] = True
+    plan, watchers = _plan_and_watchers(fn, args, kwargs, options, config_overrides)
+    handle = RunHandle(plan, watchers, poll_hooks)
+    if shown:
+        shown.attach(handle)
+    return handle

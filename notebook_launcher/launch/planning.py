@@ -1,18 +1,35 @@
-"""Decisions made before any worker starts: config, process count, start method, ports, env.
+"""Decisions made before any worker starts: config, process count, start method, ports, env —
+gathered into a LaunchPlan, which the Supervisor carries out.
 
 Nothing here changes the caller's process: no os.environ writes, no signal handlers, no CUDA.
 """
 
 from __future__ import annotations
 
-import socket
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..config import LaunchConfig, resolve_config, worker_env
 from ..errors import ConfigError
+from ..network import port_is_free
 from .worker import WorkerSpec
+
+
+@dataclass
+class LaunchPlan:
+    """Everything decided before any process starts."""
+
+    context: Any  # a torch.multiprocessing context
+    start_method: str
+    specs: list[WorkerSpec]
+    target: tuple[Any, tuple, dict] | None  # (fn, args, kwargs) handed over by fork
+    world_size: int
+    config: Any
+    timeout: float | None = None
+    store: Any = None  # the TCPStore this process hosts for the workers' rendezvous
+
 
 START_METHODS = ("auto", "fork", "spawn", "forkserver")
 DEFAULT_PORT = 29500
@@ -71,17 +88,6 @@ def choose_start_method(requested: str) -> tuple[str, str | None]:
             f"notebook_launch: {unsafe}; starting workers with spawn (function sent with cloudpickle).",
         )
     return "fork", None
-
-
-def port_is_free(port: int) -> bool:
-    """Whether a server could listen on `port` here (as torch's TCPStore does, on all interfaces)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("", port))
-        except OSError:
-            return False
-    return True
 
 
 def check_port_free(port: int) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 from . import channel
 from .events import MetricLogged, OutputLine, ProgressUpdate, RunFinished, RunStarted
 from .forksafety import HelperProcesses, release_openmp_threads
-from .plan import LaunchPlan
+from .planning import LaunchPlan
 from .result import STARTUP_HINT, LaunchStopped, LaunchTimeout, RankFailure, RunRecord, WorkerError
 from .stacks import with_source_lines
 from .worker import STACK_DUMP_SIGNAL, run_worker

@@ -1,11 +1,16 @@
-"""What runs inside each worker: the Accelerator and the pieces it delegates to."""
+"""WHAT runs inside each worker (or a plain script): the Accelerator facade (accelerator.py with
+process_api.py and saving_api.py) and what it delegates to: the process state read from the env
+contract (state.py), strategies/, precision.py, data/, ops.py, checkpoint.py, wrappers.py.
 
+Imports config and errors only. Never launch, cli, widgets or IPython: workers must not need a
+notebook. Imported by workers, scripts, and the public face (lazily)."""
+
+from ..config.enums import DistributedType
 from .accelerator import Accelerator
 from .data import DataLoaderShard, GradientState
 from .kwargs import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
-    DistributedType,
     GradScalerKwargs,
     InitProcessGroupKwargs,
 )

@@ -16,13 +16,13 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from ..config import LaunchConfig, config_from_env
+from ..config.enums import DistributedType
 from ..errors import AcceleratorError, ConfigError
 from . import ops, telemetry
 from .data import DataLoaderShard, GradientState
 from .kwargs import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
-    DistributedType,
     GradScalerKwargs,
     InitProcessGroupKwargs,
 )

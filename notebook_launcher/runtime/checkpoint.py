@@ -13,17 +13,38 @@ import os
 import pickle
 import random
 import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from ..errors import AcceleratorError
 
-if TYPE_CHECKING:
-    from .accelerator import Accelerator
-
 _SCALER = "scaler.pt"
+
+
+@dataclass
+class TrainingObjects:
+    """What a checkpoint holds, handed over by the Accelerator (which owns these lists)."""
+
+    strategy: Any
+    models: list = field(default_factory=list)
+    optimizers: list = field(default_factory=list)
+    schedulers: list = field(default_factory=list)
+    dataloaders: list = field(default_factory=list)
+    custom_objects: list = field(default_factory=list)
+    scaler: Any = None
+
+
+@dataclass
+class Ranks:
+    """This process's place in the run: who writes, and how to wait for everyone."""
+
+    index: int
+    is_main: bool
+    wait_for_everyone: Callable[[], None]
 
 
 def _name(stem: str, index: int, ext: str) -> str:
@@ -54,33 +75,34 @@ def restore_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_state(acc: Accelerator, output_dir: str | os.PathLike[str]) -> Path:
+def save_state(objects: TrainingObjects, ranks: Ranks, output_dir: str | os.PathLike[str]) -> Path:
     """Write the full training state of every rank into output_dir (atomically)."""
     final = Path(output_dir).expanduser().resolve()
     partial = final.parent / f".{final.name}.partial"
-    if acc.is_main_process:
+    if ranks.is_main:
         if partial.exists():
             shutil.rmtree(partial)
         partial.mkdir(parents=True)
-    acc.wait_for_everyone()
-    acc.strategy.save_training_state(partial, acc._models, acc._optimizers)
-    if acc.is_main_process:
-        for i, scheduler in enumerate(acc._schedulers):
+    ranks.wait_for_everyone()
+    strategy = objects.strategy
+    strategy.save_training_state(partial, objects.models, objects.optimizers)
+    if ranks.is_main:
+        for i, scheduler in enumerate(objects.schedulers):
             torch.save(scheduler.state_dict(), partial / _name("scheduler", i, "bin"))
-        if acc.precision.scaler is not None:
-            torch.save(acc.precision.scaler.state_dict(), partial / _SCALER)
-        for i, obj in enumerate(acc._custom_objects):
+        if objects.scaler is not None:
+            torch.save(objects.scaler.state_dict(), partial / _SCALER)
+        for i, obj in enumerate(objects.custom_objects):
             with open(partial / _name("custom_checkpoint", i, "pkl"), "wb") as f:
                 pickle.dump(obj.state_dict(), f)
-    for i, loader in enumerate(acc._dataloaders):
-        if acc.is_main_process or acc.strategy.saves_on_every_rank:
+    for i, loader in enumerate(objects.dataloaders):
+        if ranks.is_main or strategy.saves_on_every_rank:
             (partial / _name("dataloader", i, "json")).write_text(json.dumps(loader.state_dict()))
-    with open(partial / f"random_states_{acc.process_index}.pkl", "wb") as f:
+    with open(partial / f"random_states_{ranks.index}.pkl", "wb") as f:
         pickle.dump(rng_state(), f)
-    acc.wait_for_everyone()
-    if acc.is_main_process:
+    ranks.wait_for_everyone()
+    if ranks.is_main:
         _swap_into_place(partial, final)
-    acc.wait_for_everyone()
+    ranks.wait_for_everyone()
     return final
 
 
@@ -95,30 +117,30 @@ def _swap_into_place(partial: Path, final: Path) -> None:
         shutil.rmtree(old)
 
 
-def load_state(acc: Accelerator, input_dir: str | os.PathLike[str]) -> None:
+def load_state(objects: TrainingObjects, ranks: Ranks, input_dir: str | os.PathLike[str]) -> None:
     """Restore what save_state wrote: weights, optimizers, schedulers, scaler, loaders, RNG, objects."""
     folder = Path(input_dir).expanduser().resolve()
     if not folder.is_dir():
         raise AcceleratorError(
             f"Checkpoint folder {str(folder)!r} does not exist; pass the folder save_state wrote."
         )
-    acc.strategy.load_training_state(folder, acc._models, acc._optimizers)
-    for i, scheduler in enumerate(acc._schedulers):
+    objects.strategy.load_training_state(folder, objects.models, objects.optimizers)
+    for i, scheduler in enumerate(objects.schedulers):
         scheduler.load_state_dict(torch.load(folder / _name("scheduler", i, "bin"), weights_only=False))
-    if acc.precision.scaler is not None and (folder / _SCALER).exists():
-        acc.precision.scaler.load_state_dict(torch.load(folder / _SCALER, weights_only=False))
-    for i, loader in enumerate(acc._dataloaders):
+    if objects.scaler is not None and (folder / _SCALER).exists():
+        objects.scaler.load_state_dict(torch.load(folder / _SCALER, weights_only=False))
+    for i, loader in enumerate(objects.dataloaders):
         path = folder / _name("dataloader", i, "json")
         if path.exists():
             loader.load_state_dict(json.loads(path.read_text()))
-    for i, obj in enumerate(acc._custom_objects):
+    for i, obj in enumerate(objects.custom_objects):
         with open(folder / _name("custom_checkpoint", i, "pkl"), "rb") as f:
             obj.load_state_dict(pickle.load(f))
-    rng_file = folder / f"random_states_{acc.process_index}.pkl"
+    rng_file = folder / f"random_states_{ranks.index}.pkl"
     if rng_file.exists():
         with open(rng_file, "rb") as f:
             restore_rng_state(pickle.load(f))
-    acc.wait_for_everyone()
+    ranks.wait_for_everyone()
 
 
 def save_full_model_files(folder: Path, models: list, optimizers: list, strategy: Any, is_main: bool) -> None:

@@ -4,21 +4,7 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass, fields
-from enum import Enum
 from typing import Any
-
-
-class DistributedType(str, Enum):
-    """How the run is distributed; compares equal to its plain string too ("MULTI_CPU")."""
-
-    NO = "NO"
-    MULTI_CPU = "MULTI_CPU"
-    MULTI_GPU = "MULTI_GPU"
-    FSDP = "FSDP"
-    DEEPSPEED = "DEEPSPEED"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class KwargsHandler:

@@ -62,7 +62,7 @@ class SavingAPI:
         """Save models, optimizers, schedulers, scaler, RNG, loader positions and registered objects."""
         if output_dir is None:
             output_dir = self._auto_checkpoint_dir(self.save_iteration)
-        path = checkpoint.save_state(self, output_dir)
+        path = checkpoint.save_state(self._training_objects(), self._ranks(), output_dir)
         self.save_iteration += 1
         return path
 
@@ -75,7 +75,21 @@ class SavingAPI:
                 raise AcceleratorError(f"No checkpoint found under {self.project_dir}/checkpoints.")
             input_dir = existing[-1]
             self.save_iteration = _ckpt_number(input_dir) + 1
-        checkpoint.load_state(self, input_dir)
+        checkpoint.load_state(self._training_objects(), self._ranks(), input_dir)
+
+    def _training_objects(self) -> checkpoint.TrainingObjects:
+        return checkpoint.TrainingObjects(
+            strategy=self.strategy,
+            models=self._models,
+            optimizers=self._optimizers,
+            schedulers=self._schedulers,
+            dataloaders=self._dataloaders,
+            custom_objects=self._custom_objects,
+            scaler=self.precision.scaler,
+        )
+
+    def _ranks(self) -> checkpoint.Ranks:
+        return checkpoint.Ranks(self.process_index, self.is_main_process, self.wait_for_everyone)
 
     def _auto_checkpoint_dir(self, iteration: int) -> Path:
         if self.project_dir is None:

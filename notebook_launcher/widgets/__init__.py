@@ -1,5 +1,8 @@
-"""Notebook widgets: ConfigPanel builds a LaunchConfig by pointing and clicking; RunView shows a
-launch live. Imported lazily by the public face, so workers never need ipywidgets."""
+"""Notebook widgets (ipywidgets only): ConfigPanel builds a LaunchConfig by pointing and clicking;
+RunView shows a launch live.
+
+Imports config, hardware and launch. Imported lazily, and only by the public face, interactive and
+launch's view= option, so workers and the CLI never need ipywidgets."""
 
 from __future__ import annotations
 

@@ -272,7 +272,7 @@ class ConfigPanel(widgets.VBox):
         """
         from IPython.display import display
 
-        from ..launch.notebook import notebook_launch
+        from ..launch import notebook_launch
 
         config = self.config
         view = self._new_view(show_in_panel=False)
@@ -287,7 +287,7 @@ class ConfigPanel(widgets.VBox):
 
     def start(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Start `fn` in the background (what the Launch button does); returns the RunHandle."""
-        from ..launch.notebook import start_launch
+        from ..launch import start_launch
 
         config = self.config
         view = self._new_view(show_in_panel=True)

@@ -1,4 +1,6 @@
-"""Distribution strategies, looked up by the config's distributed_type (no if-ladders elsewhere)."""
+"""Distribution strategies, looked up by the config's distributed_type (no if-ladders elsewhere):
+base.Strategy (one device), ddp, fsdp/ and deepspeed/. A new strategy is a Strategy subclass in its
+own module or package plus one line in _REGISTRY; the Accelerator does not change."""
 
 from __future__ import annotations
 

@@ -7,11 +7,11 @@ What the config's `fsdp_config` does here:
   them until backward), HYBRID_SHARD (2-D mesh: shard within a machine, replicate across), NO_SHARD
   (nothing to shard: falls back to DDP, with a note).
 - fsdp_auto_wrap_policy + fsdp_transformer_layer_cls_to_wrap / fsdp_min_num_params: which
-  submodules become their own FSDP unit (see fsdp_plan.py); the root is always one.
+  submodules become their own FSDP unit (see plan.py); the root is always one.
 - fsdp_offload_params: sharded parameters (and so gradients and optimizer state) live on the CPU.
 - fsdp_activation_checkpointing: the wrapped layers recompute activations in backward.
 - mixed_precision bf16/fp16: FSDP's MixedPrecisionPolicy (compute in that dtype, reduce in fp32).
-- fsdp_state_dict_type: what save_state writes (see fsdp_checkpoint.py); save_model is always full.
+- fsdp_state_dict_type: what save_state writes (see checkpoint.py); save_model is always full.
 
 The optimizer rule: sharding replaces every parameter by a new (DTensor) parameter. An optimizer
 created before prepare() still points at the old ones, so prepare() re-binds it to the sharded
@@ -39,11 +39,11 @@ from torch.distributed.fsdp import (
     fully_shard,
 )
 
-from ...errors import AcceleratorError, ConfigError
-from . import fsdp_checkpoint as ckpt
-from . import fsdp_plan
-from .base import Strategy
-from .process_group import ensure_process_group
+from ....errors import AcceleratorError, ConfigError
+from ..base import Strategy
+from ..process_group import ensure_process_group
+from . import checkpoint as ckpt
+from . import plan as fsdp_plan
 
 
 def _note(state: Any, message: str) -> None:
@@ -56,7 +56,7 @@ class FSDPStrategy(Strategy):
 
     def __new__(cls, state: Any, config: Any, precision: Any, **kwargs: Any) -> Strategy:
         if config.fsdp_config.fsdp_sharding_strategy == "NO_SHARD":
-            from .ddp import DDPStrategy
+            from ..ddp import DDPStrategy
 
             _note(state, "fsdp_sharding_strategy=NO_SHARD shards nothing; training with DDP instead.")
             fallback = DDPStrategy if state.world_size > 1 else Strategy

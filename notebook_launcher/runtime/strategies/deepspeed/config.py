@@ -20,9 +20,9 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from ...config import LaunchConfig
-from ...config.sections import read_deepspeed_json
-from ...errors import ConfigError
+from ....config import LaunchConfig
+from ....config.sections import read_deepspeed_json
+from ....errors import ConfigError
 
 AUTO = "auto"
 # "auto" bucket sizes that depend on the model in Accelerate; DeepSpeed's documented defaults here.

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,9 +23,9 @@ from typing import Any
 
 from ..config import LaunchConfig, config_to_env, patched_environ, to_file_dict
 from ..errors import ConfigError
-from .planning import port_is_free
+from ..network import free_port, port_is_free
 
-BOOTSTRAP = "notebook_launcher.launch.cli_bootstrap"
+BOOTSTRAP = "notebook_launcher.cli.bootstrap"
 RDZV_ID = "notebook_launcher"
 DETAIL_CRASH_HINT = (
     "Hint: TORCH_DISTRIBUTED_DEBUG=DETAIL (set by --debug) makes DistributedDataParallel crash with SIGSEGV on "
@@ -48,12 +47,6 @@ class RunPlan:
     @property
     def local_processes(self) -> int:
         return int(self.config.num_processes) // self.config.num_machines
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("", 0))
-        return int(sock.getsockname()[1])
 
 
 def choose_port(config: LaunchConfig, notes: list[str]) -> int:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import NotebookLauncherError, closest
-from .cli_args import Parser, UsageError, launch_parser
+from .flags import Parser, UsageError, launch_parser
 
 PROG = "notebook-launcher"
 COMMANDS = ("launch", "config", "env", "test")
@@ -94,7 +94,7 @@ def test_command(argv: list[str]) -> int:
     args = launch_parser(f"{PROG} test", with_script=False).parse_args(argv)
     if args.generate_config:
         args.config_file = str(_generate_config(args.config_file))
-    status = launch_with(args, ["module", "notebook_launcher.launch.cli_sanity"])
+    status = launch_with(args, ["module", "notebook_launcher.cli.selftest"])
     if status == 0:
         print(f"{PROG} test: distributed training works here.")
     else:
@@ -125,8 +125,8 @@ def _target(args: object) -> list[str]:
 
 def launch_with(args: object, target: list[str]) -> int:
     """Resolve the config, print what --debug asks for, and run through torchrun."""
-    from .cli_resolve import resolve_launch_config
-    from .cli_run import build_plan, describe_plan, execute
+    from .resolve import resolve_launch_config
+    from .torchrun import build_plan, describe_plan, execute
 
     config, source = resolve_launch_config(args)  # type: ignore[arg-type]
     plan = build_plan(
@@ -156,7 +156,7 @@ def _generate_config(config_file: str | None) -> Path:
     """Run the questionnaire on stdin/stdout and write the answers to `config_file` (or the default file)."""
     from ..config import default_config_path, save_config
     from ..hardware import detect
-    from .cli_questionnaire import Asker, ask_config
+    from .questionnaire import Asker, ask_config
 
     path = Path(config_file).expanduser() if config_file else default_config_path()
     print(f"Writing a config to {path}. Press Enter to take the default shown in brackets.")
@@ -218,7 +218,7 @@ def _show(config_file: str | None) -> int:
 
     from ..config import to_file_dict
     from ..hardware import detect
-    from .cli_resolve import fill_detected, read_config_file
+    from .resolve import fill_detected, read_config_file
 
     config, source = read_config_file(config_file)
     resolved = fill_detected(config, detect())
@@ -231,7 +231,7 @@ def env_command(argv: list[str]) -> int:
     parser = Parser(prog=f"{PROG} env", description="Print versions, hardware and config for a bug report.")
     parser.add_argument("--config_file", "--config-file", metavar="FILE", help="The config to show.")
     args = parser.parse_args(argv)
-    from .cli_env import env_report
+    from .report import env_report
 
     print(env_report(args.config_file))
     return 0

@@ -28,12 +28,12 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from ...errors import AcceleratorError, ConfigError
-from .base import Strategy
-from .deepspeed_config import EngineConfig, build_engine_config
-from .deepspeed_memory import share_master_partitions
-from .deepspeed_offload import optimizer_for_offload
-from .process_group import ensure_process_group
+from ....errors import AcceleratorError, ConfigError
+from ..base import Strategy
+from ..process_group import ensure_process_group
+from .config import EngineConfig, build_engine_config
+from .memory import share_master_partitions
+from .offload import optimizer_for_offload
 
 CHECKPOINT_TAG = "deepspeed"
 

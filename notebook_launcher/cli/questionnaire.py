@@ -20,7 +20,7 @@ from ..config.sections import (
     FSDP_WRAP_POLICIES,
     OFFLOAD_DEVICES,
 )
-from .cli_args import UsageError, boolean, choice, count, gpu_ids, layer_classes, port, positive_float
+from .flags import UsageError, boolean, choice, count, gpu_ids, layer_classes, port, positive_float
 
 _REQUIRED = object()
 

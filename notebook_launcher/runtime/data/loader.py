@@ -15,9 +15,9 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, Sampler
 
-from . import telemetry
-from .ops import send_to_device
-from .sharding import ShardPlan, plan_epoch
+from .. import telemetry
+from ..ops import send_to_device
+from .index_plan import ShardPlan, plan_epoch
 
 _LOADER_KEYS = (
     "num_workers",

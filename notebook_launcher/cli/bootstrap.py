@@ -1,6 +1,6 @@
 """Worker entry of `notebook-launcher launch`: run the user's script as `python script.py` would.
 
-torch.distributed.run starts `python -u -m notebook_launcher.launch.cli_bootstrap script|module TARGET
+torch.distributed.run starts `python -u -m notebook_launcher.cli.bootstrap script|module TARGET
 ARGS...` in every worker. This shim only adds one thing to running the target: when the script
 raises, it records the exception in the error file torchrun hands each worker
 (TORCHELASTIC_ERROR_FILE, written through torch's own ErrorHandler), so the launcher can name the
@@ -20,7 +20,7 @@ import sys
 import time
 import traceback
 
-USAGE = "usage: python -m notebook_launcher.launch.cli_bootstrap {script,module} TARGET [ARGS...]"
+USAGE = "usage: python -m notebook_launcher.cli.bootstrap {script,module} TARGET [ARGS...]"
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
 _OWN_FILES = {os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>"}
 

@@ -82,7 +82,7 @@ def _config_lines(config_file: str | None) -> list[str]:
     import yaml
 
     from ..config import to_file_dict
-    from .cli_resolve import read_config_file
+    from .resolve import read_config_file
 
     try:
         config, source = read_config_file(config_file)

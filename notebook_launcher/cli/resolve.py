@@ -16,7 +16,7 @@ from typing import Any
 
 from ..config import LaunchConfig, default_config_path, load_config
 from ..errors import ConfigError
-from .cli_args import DEEPSPEED_FLAGS, FLAGS, FSDP_FLAGS, UsageError
+from .flags import DEEPSPEED_FLAGS, FLAGS, FSDP_FLAGS, UsageError
 
 DEFAULT_PORT = 29500
 LOCALHOST = "127.0.0.1"

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from ...config import FSDPConfig
-from ...errors import ConfigError
+from ....config import FSDPConfig
+from ....errors import ConfigError
 
 _POLICY_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.bfloat16}
 

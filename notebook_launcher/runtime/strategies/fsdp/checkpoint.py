@@ -26,7 +26,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from ...errors import AcceleratorError
+from ....errors import AcceleratorError
 
 _FULL = StateDictOptions(full_state_dict=True)
 _SHARDED = StateDictOptions(full_state_dict=False)

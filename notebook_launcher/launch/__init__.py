@@ -1,0 +1,23 @@
+"""The notebook launcher: HOW local worker processes start, stream and come back.
+
+`notebook_launch` / `start_launch` (notebook.py) plan a run (planning.py), start and watch the
+workers (supervisor.py, worker.py, channel.py), and hand back a LaunchResult or a WorkerError
+(result.py). Events (events.py) feed observers such as the RunView.
+
+Imports: config, hardware, errors; the runtime only inside workers. Imported by the public face,
+widgets, clusters and interactive. Never by runtime or cli. Widgets only lazily, for view=True.
+"""
+
+from .handle import RunHandle
+from .notebook import notebook_launch, start_launch
+from .result import LaunchResult, LaunchStopped, LaunchTimeout, WorkerError
+
+__all__ = [
+    "LaunchResult",
+    "LaunchStopped",
+    "LaunchTimeout",
+    "RunHandle",
+    "WorkerError",
+    "notebook_launch",
+    "start_launch",
+]

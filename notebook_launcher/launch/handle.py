@@ -1,0 +1,69 @@
+"""RunHandle: a launch running in a background thread, so a widget's Stop button can still be clicked
+while it runs (start_launch returns one)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .planning import LaunchPlan
+from .result import LaunchResult
+from .supervisor import Supervisor
+
+
+def collect_result(supervisor: Supervisor, plan: LaunchPlan) -> LaunchResult:
+    """The LaunchResult of a finished supervisor: every local rank's value, logs and metrics."""
+    ranks = [spec.rank for spec in plan.specs]
+    return LaunchResult(
+        [supervisor.record.values.get(rank) for rank in ranks],
+        ranks=ranks,
+        logs=supervisor.logs,
+        metrics=supervisor.record.metrics,
+        duration=time.monotonic() - supervisor.started,
+        start_method=plan.start_method,
+        world_size=plan.world_size,
+    )
+
+
+class RunHandle:
+    """A launch running in a background thread: wait(), stop(), done, result."""
+
+    def __init__(
+        self,
+        plan: LaunchPlan,
+        observers: Sequence[Callable[[Any], None]],
+        poll_hooks: Sequence[Callable[[], Any]],
+    ):
+        self._stop = threading.Event()
+        self._supervisor = Supervisor(plan, observers, poll_hooks, should_stop=self._stop.is_set)
+        self._plan = plan
+        self._error: BaseException | None = None
+        self.result: LaunchResult | None = None
+        self._thread = threading.Thread(target=self._run, name="notebook_launcher-supervisor", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._supervisor.run()
+            self.result = collect_result(self._supervisor, self._plan)
+        except BaseException as exc:  # noqa: BLE001 - handed to wait()
+            self._error = exc
+
+    def stop(self) -> None:
+        """Stop every worker now (like an interrupt); wait() then raises LaunchStopped."""
+        self._stop.set()
+
+    @property
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def wait(self, timeout: float | None = None) -> LaunchResult:
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"The launch is still running after {timeout}s.")
+        if self._error is not None:
+            raise self._error
+        assert self.result is not None
+        return self.result
