@@ -22,6 +22,15 @@ class HardwareError(NotebookLauncherError, RuntimeError):
     """The machine cannot do what was asked (e.g. fp8 without a capable GPU)."""
 
 
+class NetworkError(NotebookLauncherError, ConnectionError):
+    """This machine cannot reach the main machine's address and port; the message names both."""
+
+
+class ClusterEnvironmentError(AcceleratorError):
+    """A scheduler's variables (torchrun, SLURM, MPI, Kubernetes) are partial or contradict each
+    other; the message names the variables, so a run never falls back to a silent world of one."""
+
+
 def closest(name: str, choices: Iterable[str]) -> str:
     """Return ' Did you mean X?' for the nearest choice, or '' when nothing is close."""
     match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)

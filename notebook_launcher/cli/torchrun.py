@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import LaunchConfig, config_to_env, patched_environ, to_file_dict
-from ..errors import ConfigError
-from ..network import free_port, port_is_free
+from ..errors import ConfigError, NetworkError
+from ..network import free_port, port_is_free, socket_interface_env, wait_for_main
 
 BOOTSTRAP = "notebook_launcher.cli.bootstrap"
 RDZV_ID = "notebook_launcher"
@@ -43,6 +43,7 @@ class RunPlan:
     torchrun_args: list[str]
     env: dict[str, str]
     notes: list[str] = field(default_factory=list)
+    wait_for_main: bool = False  # a machine other than 0: check the main machine's port first
 
     @property
     def local_processes(self) -> int:
@@ -121,7 +122,18 @@ def build_plan(
         env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"  # a level the user set themselves wins
     if config.gpu_ids and config.gpu_ids != "all" and not config.use_cpu:
         env["CUDA_VISIBLE_DEVICES"] = config.gpu_ids
-    return RunPlan(config=config, target=target, torchrun_args=args, env=env, notes=notes)
+    if config.num_machines > 1:
+        network_env, note = socket_interface_env(str(config.main_process_ip), int(config.main_process_port))
+        env.update(network_env)
+        notes.append(note)
+    return RunPlan(
+        config=config,
+        target=target,
+        torchrun_args=args,
+        env=env,
+        notes=notes,
+        wait_for_main=config.num_machines > 1 and config.machine_rank != 0,
+    )
 
 
 def describe_plan(plan: RunPlan, source: str) -> str:
@@ -159,6 +171,16 @@ def execute(plan: RunPlan, *, debug: bool = False, err: Any = None) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     _quiet_elastic_logs(logging.INFO if debug else logging.CRITICAL)
+    if plan.wait_for_main:
+        try:
+            wait_for_main(
+                str(plan.config.main_process_ip),
+                int(plan.config.main_process_port),
+                say=lambda line: print(f"notebook-launcher: {line}", file=err, flush=True),
+            )
+        except NetworkError as exc:
+            print(f"notebook-launcher: {exc}", file=err)
+            return 1
     with patched_environ(plan.env):
         try:
             torchrun.run(torchrun.parse_args(plan.torchrun_args))

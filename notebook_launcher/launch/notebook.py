@@ -92,8 +92,9 @@ def _prepare(
         _warm_up()
         if cfg.distributed_type == "DEEPSPEED":
             _warm_up_deepspeed()
+    network_env, reach_main = planning.machine_network(cfg, say)
     addr, port, store = planning.rendezvous(cfg, cfg.num_machines)
-    specs = planning.make_specs(cfg, nproc, (addr, port), payload)
+    specs = planning.make_specs(cfg, nproc, (addr, port), payload, network_env)
     import torch.multiprocessing as mp
 
     return LaunchPlan(
@@ -105,6 +106,7 @@ def _prepare(
         config=cfg,
         timeout=timeout,
         store=store,
+        preflight=reach_main,
     )
 
 

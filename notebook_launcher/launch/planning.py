@@ -13,7 +13,8 @@ from typing import Any
 
 from ..config import LaunchConfig, resolve_config, worker_env
 from ..errors import ConfigError
-from ..network import port_is_free
+from ..network import port_is_free, socket_interface_env, wait_for_main
+from .result import LaunchStopped
 from .worker import WorkerSpec
 
 
@@ -29,6 +30,7 @@ class LaunchPlan:
     config: Any
     timeout: float | None = None
     store: Any = None  # the TCPStore this process hosts for the workers' rendezvous
+    preflight: Callable[[Callable[[], bool]], None] = lambda should_stop: None  # before workers start
 
 
 START_METHODS = ("auto", "fork", "spawn", "forkserver")
@@ -124,6 +126,27 @@ def rendezvous(config: LaunchConfig, num_machines: int) -> tuple[str, int, Any]:
         check_port_free(port)
     store = _host_store(port)
     return addr, store.port, store
+
+
+def machine_network(
+    config: LaunchConfig, say: Callable[[str], None]
+) -> tuple[dict[str, str], Callable[[Callable[[], bool]], None]]:
+    """For a launch over several machines: the workers' network-interface variables (said in one
+    line) and the check that the main machine's port answers, run before any worker starts."""
+    if config.num_machines == 1:
+        return {}, lambda should_stop: None
+    addr = str(config.main_process_ip)
+    port = config.main_process_port if config.main_process_port is not None else DEFAULT_PORT
+    env, note = socket_interface_env(addr, port)
+    say(f"notebook_launch: {note}")
+
+    def reach_main(should_stop: Callable[[], bool]) -> None:
+        if not wait_for_main(
+            addr, port, say=lambda line: say(f"notebook_launch: {line}"), should_stop=should_stop
+        ):
+            raise LaunchStopped("The launch was stopped while waiting for the main machine.")
+
+    return env, reach_main
 
 
 def _host_store(port: int) -> Any:

@@ -112,6 +112,7 @@ class Supervisor:
 
     # ---------------------------------------------------------------- starting
     def _start_all(self) -> None:
+        self.plan.preflight(self.should_stop)  # e.g. wait until the main machine's port answers
         ctx = self.plan.context
         if self.plan.start_method == "fork":
             release_openmp_threads()

@@ -1,8 +1,11 @@
 """Who this process is in the run: rank, world, device, process group. One per process, resettable.
 
-Built from the standard torch variables (RANK, WORLD_SIZE, ...) that notebook_launch, the CLI and
-plain torchrun all set. Unlike Accelerate, a world of several CPU processes gets a real gloo group
-without any `cpu=True`.
+The world comes from environments.py: torch's variables (RANK, WORLD_SIZE, ...) that
+notebook_launch, the CLI and plain torchrun set, or a scheduler's (srun, mpirun, a Kubeflow
+PyTorchJob). For a scheduler's world this process gets torch's variables as torchrun would have set
+them (init_process_group, DeepSpeed and user code read them), and — when the world spans machines
+and the user chose no interface — GLOO_SOCKET_IFNAME for the interface that reaches the main node.
+Unlike Accelerate, a world of several CPU processes gets a real gloo group without any `cpu=True`.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ import torch
 import torch.distributed as dist
 
 from ..config import LaunchConfig
-from ..errors import AcceleratorError
+from ..errors import ClusterEnvironmentError
+from ..network import socket_interface_env
+from .environments import World, detect_world
 
 
 @dataclass
@@ -63,25 +68,41 @@ def teardown_on_end() -> bool:
     return not _EXIT_WITHOUT_TEARDOWN
 
 
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise AcceleratorError(f"Environment variable {name}={raw!r} must be an integer.") from None
-
-
-def _pick_device(config: LaunchConfig, cpu: bool, local_rank: int) -> torch.device:
+def _pick_device(config: LaunchConfig, cpu: bool, world: World) -> torch.device:
     if cpu or config.use_cpu:
         return torch.device("cpu")
     if torch.cuda.is_available():
-        return torch.device("cuda", local_rank % torch.cuda.device_count())
+        return torch.device("cuda", world.local_rank % torch.cuda.device_count())
     mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available() and _env_int("WORLD_SIZE", 1) == 1:
+    if mps is not None and mps.is_available() and world.world_size == 1:
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def _enter_world(world: World) -> None:
+    """Give a scheduler-started process torch's variables (and a network interface), as torchrun would."""
+    if world.source in ("torchrun", "torch variables"):
+        return
+    os.environ.update(world.torch_env())
+    if world.spans_machines and world.master_addr:
+        env, note = socket_interface_env(world.master_addr, world.master_port or 9, peer=world.peer_host)
+        os.environ.update(env)
+        if world.local_rank == 0:
+            print(f"notebook_launcher: rank {world.rank} ({world.source}): {note}", flush=True)
+
+
+def _check_rendezvous(world: World) -> None:
+    missing = [
+        name
+        for name, value in (("MASTER_ADDR", world.master_addr), ("MASTER_PORT", world.master_port))
+        if not value
+    ]
+    if missing:
+        raise ClusterEnvironmentError(
+            f"This process is rank {world.rank} of {world.world_size} ({world.source}) but {' and '.join(missing)} "
+            "is not set, so it cannot find the others: set MASTER_ADDR to the main machine's address and "
+            "MASTER_PORT to a free port, the same for every process."
+        )
 
 
 def get_state(
@@ -92,18 +113,20 @@ def get_state(
     if _STATE is not None:
         return _STATE
     config = config or LaunchConfig()
-    world_size = _env_int("WORLD_SIZE", 1)
-    rank = _env_int("RANK", 0)
-    local_rank = _env_int("LOCAL_RANK", rank)
-    local_world = _env_int("LOCAL_WORLD_SIZE", world_size)
-    node_rank = _env_int("GROUP_RANK", _env_int("NODE_RANK", 0))
-    device = _pick_device(config, cpu, local_rank)
+    world = detect_world()
+    if world.note and world.rank == 0:
+        print(f"notebook_launcher: {world.note}", flush=True)
+    rank, world_size, local_rank = world.rank, world.world_size, world.local_rank
+    local_world, node_rank = world.local_world_size, world.node_rank
+    device = _pick_device(config, cpu, world)
     backend = None
     owns = False
     if dist.is_available() and dist.is_initialized():
         backend = dist.get_backend()
         world_size, rank = dist.get_world_size(), dist.get_rank()
     elif world_size > 1:
+        _check_rendezvous(world)
+        _enter_world(world)
         backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda" and local_world > torch.cuda.device_count():
             # NCCL refuses two ranks on one GPU; gloo runs them (slower), which is what a user
