@@ -137,7 +137,7 @@ def launch_with(args: object, target: list[str]) -> int:
         log_dir=args.log_dir,  # type: ignore[attr-defined]
     )
     quiet = bool(args.quiet)  # type: ignore[attr-defined]
-    for note in plan.notes:
+    for note in (*source.notes, *plan.notes):
         if not quiet:
             print(f"{PROG}: {note}", file=sys.stderr)
     if plan.config.debug:

@@ -4,18 +4,26 @@ Precedence: a flag given on the command line > the config file (`--config_file`,
 per-user default file when it exists) > what is detected here. Values that cannot work together
 are reported instead of being dropped: an FSDP flag without FSDP, `--use_fsdp --use_deepspeed`,
 MULTI_GPU without a GPU, several machines without the address of machine 0.
+
+Detected here includes SLURM: run once per node by `srun --ntasks-per-node=1` inside an `sbatch`
+job, the launcher takes the machines, its machine rank and the main address from the step's
+variables (machines_from_slurm).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..config import LaunchConfig, default_config_path, load_config
 from ..errors import ConfigError
+from ..schedulers import batch_job, slurm_step
 from .flags import DEEPSPEED_FLAGS, FLAGS, FSDP_FLAGS, UsageError
 
 DEFAULT_PORT = 29500
@@ -27,6 +35,7 @@ class ConfigSource:
     """Where the file layer of the config came from (None: no file, defaults only)."""
 
     path: Path | None
+    notes: tuple[str, ...] = ()  # what was detected and worth one line each (e.g. machines from SLURM)
 
     def describe(self) -> str:
         return f"config file {str(self.path)!r}" if self.path else "no config file"
@@ -108,7 +117,14 @@ def resolve_launch_config(
     every check that does not need it, so bad input fails fast without importing torch).
     """
     base, source = read_config_file(getattr(args, "config_file", None))
-    config = base.replace(**flag_overrides(args))
+    overrides = flag_overrides(args)
+    config = base.replace(**overrides)
+    chosen = {
+        key for key in MACHINE_KEYS if key in overrides or getattr(base, key) != getattr(LaunchConfig(), key)
+    }
+    config, note = machines_from_slurm(config, chosen)
+    if note:
+        source = dataclasses.replace(source, notes=(*source.notes, note))
     _check_section_flags(args, config)
     check_without_hardware(config)
     if config.distributed_type == "DEEPSPEED" and importlib.util.find_spec("deepspeed") is None:
@@ -204,3 +220,57 @@ def _check_precision(config: LaunchConfig, hardware: Any, on_gpu: bool) -> None:
             "mixed_precision='bf16' needs GPUs of compute capability 8.0+ (Ampere) and this machine's are older; "
             "use --mixed_precision fp16."
         )
+
+
+# ------------------------------------------------------------------ SLURM
+
+MACHINE_KEYS = ("num_machines", "machine_rank", "main_process_ip", "main_process_port")
+
+
+def machines_from_slurm(
+    config: LaunchConfig, chosen: set[str], environ: Mapping[str, str] | None = None
+) -> tuple[LaunchConfig, str | None]:
+    """Fill the machine keys nobody chose from SLURM, and say so in one line.
+
+    Under `srun` (one launcher per node): machines = the step's nodes, machine rank = SLURM_NODEID,
+    main address = the step's first node, port derived from the job id. In an `sbatch` batch
+    script of several nodes (which runs on the first node only) the launch would wait forever
+    for machines that never start: that is an error with the fix.
+    """
+    environ = os.environ if environ is None else environ
+    step = slurm_step(environ)
+    if step is None:
+        job = batch_job(environ)
+        if job and job[1] > 1 and "num_machines" not in chosen:
+            raise ConfigError(
+                f"notebook-launcher launch runs in the batch script of SLURM job {job[0]}, which has {job[1]} nodes, "
+                "but a batch script runs on the first node only. Start one launcher per node: "
+                "`srun --ntasks-per-node=1 notebook-launcher launch ...` (or pass --num_machines 1 to use this node only)."
+            )
+        return config, None
+    derived = {
+        "num_machines": step.num_nodes,
+        "machine_rank": step.node_id,
+        "main_process_ip": step.nodes[0],
+        "main_process_port": step.port,
+    }
+    missing = {key: value for key, value in derived.items() if key not in chosen}
+    if step.num_nodes == 1 or not missing:
+        return config, None
+    if max(step.tasks_per_node) > 1:
+        raise ConfigError(
+            f"notebook-launcher launch runs as {step.local_tasks} srun tasks on this node (SLURM job {step.job_id}); "
+            "each launcher starts its machine's processes itself, so run one per node: "
+            "`srun --ntasks-per-node=1 notebook-launcher launch ...`."
+        )
+    config = config.replace(**missing)
+    sources = {
+        "num_machines": "SLURM_NNODES",
+        "machine_rank": "SLURM_NODEID",
+        "main_process_ip": step.nodes_variable,
+        "main_process_port": "SLURM_JOB_ID",
+    }
+    return config, (
+        f"SLURM job {step.job_id}: machine {config.machine_rank} of {config.num_machines}, main machine "
+        f"{config.main_process_ip}:{config.main_process_port} (from {', '.join(sources[key] for key in missing)})."
+    )
