@@ -161,7 +161,9 @@ def finish_all(procs: list[subprocess.Popen], timeout: float) -> list[subprocess
                 except ProcessLookupError:
                     pass
             out, err = proc.communicate()
-            raise AssertionError(f"timed out after {timeout}s: {proc.args}\n{out[-3000:]}\n{err[-3000:]}") from None
+            raise AssertionError(
+                f"timed out after {timeout}s: {proc.args}\n{out[-3000:]}\n{err[-3000:]}"
+            ) from None
         results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
     return results
 

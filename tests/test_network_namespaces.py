@@ -70,7 +70,9 @@ def hosts():
 
 def _results(done) -> list:
     """Every RESULT line of every process, in order."""
-    return [json.loads(line[7:]) for r in done for line in r.stdout.splitlines() if line.startswith("RESULT ")]
+    return [
+        json.loads(line[7:]) for r in done for line in r.stdout.splitlines() if line.startswith("RESULT ")
+    ]
 
 
 def test_notebook_launch_forms_one_world_across_two_hosts(hosts, tmp_path):
@@ -87,9 +89,15 @@ def test_notebook_launch_forms_one_world_across_two_hosts(hosts, tmp_path):
     assert main == [[4, 0, 10.0, hosts[0].interface], [4, 1, 10.0, hosts[0].interface]]
     assert other == [[4, 2, 10.0, hosts[1].interface], [4, 3, 10.0, hosts[1].interface]]
     # One line says which interface; the caller's own environment is left without it.
-    assert f"network interface {hosts[0].interface} ({hosts[0].address}) holds the main address" in done[0].stdout
-    assert f"network interface {hosts[1].interface} ({hosts[1].address}) routes to the main address" in done[1].stdout
-    assert all('CALLER_IFNAME null' in r.stdout for r in done)
+    assert (
+        f"network interface {hosts[0].interface} ({hosts[0].address}) holds the main address"
+        in done[0].stdout
+    )
+    assert (
+        f"network interface {hosts[1].interface} ({hosts[1].address}) routes to the main address"
+        in done[1].stdout
+    )
+    assert all("CALLER_IFNAME null" in r.stdout for r in done)
 
 
 def test_cli_launch_forms_one_world_across_two_hosts(hosts, tmp_path):
@@ -98,9 +106,24 @@ def test_cli_launch_forms_one_world_across_two_hosts(hosts, tmp_path):
     procs = [
         start_in(
             host,
-            [sys.executable, "-m", "notebook_launcher", "launch", "--num_machines", "2", "--machine_rank", str(rank),
-             "--main_process_ip", hosts[0].address, "--main_process_port", "29512", "--num_processes", "2",
-             "--cpu", "probe.py"],
+            [
+                sys.executable,
+                "-m",
+                "notebook_launcher",
+                "launch",
+                "--num_machines",
+                "2",
+                "--machine_rank",
+                str(rank),
+                "--main_process_ip",
+                hosts[0].address,
+                "--main_process_port",
+                "29512",
+                "--num_processes",
+                "2",
+                "--cpu",
+                "probe.py",
+            ],
             env,
             tmp_path,
         )  # fmt: skip
@@ -191,7 +214,16 @@ def test_the_cli_inside_sbatch_takes_its_machines_from_slurm(hosts, tmp_path):
     procs = [
         start_in(
             host,
-            [sys.executable, "-m", "notebook_launcher", "launch", "--num_processes", "4", "--cpu", "probe.py"],
+            [
+                sys.executable,
+                "-m",
+                "notebook_launcher",
+                "launch",
+                "--num_processes",
+                "4",
+                "--cpu",
+                "probe.py",
+            ],
             clean_env(tmp_path, **_slurm_step(host, i, job="777")),
             tmp_path,
         )
