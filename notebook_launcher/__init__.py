@@ -10,7 +10,14 @@ import importlib
 from typing import Any
 
 from .config import DeepSpeedConfig, FSDPConfig, LaunchConfig, load_config, save_config
-from .errors import AcceleratorError, ConfigError, HardwareError, NotebookLauncherError
+from .errors import (
+    AcceleratorError,
+    ClusterEnvironmentError,
+    ConfigError,
+    HardwareError,
+    NetworkError,
+    NotebookLauncherError,
+)
 
 __version__ = "0.1.0"
 
@@ -36,11 +43,13 @@ _LAZY = {
 
 __all__ = [
     "AcceleratorError",
+    "ClusterEnvironmentError",
     "ConfigError",
     "DeepSpeedConfig",
     "FSDPConfig",
     "HardwareError",
     "LaunchConfig",
+    "NetworkError",
     "NotebookLauncherError",
     "load_config",
     "save_config",

@@ -19,4 +19,15 @@ DS_ACCELERATOR=cpu "$PYTHON" -c "from deepspeed.accelerator import get_accelerat
 if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
+# The multi-machine tests join two network namespaces (`ip netns`, Debian's iproute2) and the MPI
+# test runs Debian's Open MPI; without them those tests skip and say why.
+if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
+    missing=""
+    command -v ip >/dev/null || missing="$missing iproute2"
+    command -v mpirun >/dev/null || missing="$missing openmpi-bin"
+    if [ -n "$missing" ]; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+            --no-install-recommends $missing >/dev/null
+    fi
+fi
 echo "notebook_launcher installed: $("$PYTHON" -c 'import notebook_launcher, torch; print(notebook_launcher.__version__, "torch", torch.__version__)')"
