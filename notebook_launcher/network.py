@@ -172,7 +172,7 @@ def socket_interface_env(
         return {}, f"network interface as set in the environment: {', '.join(chosen)}."
     try:
         route = route_to(host, port)
-        if peer and ipaddress.ip_address(route.address.split("%")[0]).is_loopback:
+        if peer and _is_loopback(route.address):
             route = route_to(peer, port)
     except NetworkError as exc:
         return {}, f"no network interface chosen: {exc}"
@@ -183,6 +183,11 @@ def socket_interface_env(
         )
     if route.host == host:
         target = f"{'holds' if route.is_local else 'routes to'} the main address {host}"
+        if _is_loopback(route.address) and not _is_loopback_name(host):
+            target += (
+                f" ({route.address} here: other machines cannot reach this one at a loopback address; "
+                "pass the main machine's IP address if they are separate machines)"
+            )
     else:
         target = (
             f"routes to {route.host}, another machine of the run (the main address {host} is loopback here)"
@@ -191,6 +196,18 @@ def socket_interface_env(
         f"network interface {route.interface} ({route.local_address}) {target}; "
         f"workers use GLOO_SOCKET_IFNAME={route.interface}."
     )
+
+
+def _is_loopback(address: str) -> bool:
+    return ipaddress.ip_address(address.split("%")[0]).is_loopback
+
+
+def _is_loopback_name(host: str) -> bool:
+    """What a user types to mean "this host" on purpose: a loopback address, or localhost."""
+    try:
+        return _is_loopback(host)
+    except ValueError:
+        return host.lower() in ("localhost", "localhost.localdomain", "ip6-localhost")
 
 
 # ------------------------------------------------------------------ is the main machine there?

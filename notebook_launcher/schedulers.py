@@ -241,14 +241,3 @@ def batch_job(environ: Mapping[str, str]) -> tuple[str, int, int] | None:
     tasks = _first(environ, "SLURM_NTASKS", "SLURM_NPROCS")
     as_int = lambda found: int(found[1]) if found and found[1].isdigit() else 1  # noqa: E731
     return job, as_int(nodes), as_int(tasks)
-
-
-def first_job_node(environ: Mapping[str, str]) -> str | None:
-    """The first host of the job's (or step's) node list, or None when no list is set."""
-    found = _first(environ, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
-    if found is None:
-        return None
-    try:
-        return expand_hostlist(found[1])[0]
-    except ValueError as exc:
-        raise ClusterEnvironmentError(f"{found[0]}={found[1]!r} cannot be read: {exc}.") from None

@@ -129,3 +129,13 @@ def test_the_probe_stops_when_asked():
 def test_an_unknown_host_name_is_named():
     with pytest.raises(NetworkError, match=r"main address 'no-such-host\.invalid' cannot be resolved"):
         wait_for_main("no-such-host.invalid", 29500)
+
+
+def test_a_machine_name_that_resolves_to_loopback_gets_a_hint(monkeypatch):
+    """Debian's /etc/hosts maps the own hostname to 127.0.1.1: other machines cannot use that."""
+    import notebook_launcher.network as network
+
+    monkeypatch.setattr(network, "resolve_host", lambda host: "127.0.0.1")
+    _env, note = socket_interface_env("node0", 29500, environ={})
+    assert "holds the main address node0 (127.0.0.1 here: other machines cannot reach this one" in note
+    assert "cannot reach" not in socket_interface_env("localhost", 29500, environ={})[1]

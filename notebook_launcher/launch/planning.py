@@ -133,8 +133,8 @@ def machine_network(
 ) -> tuple[dict[str, str], Callable[[Callable[[], bool]], None]]:
     """For a launch over several machines: the workers' network-interface variables (said in one
     line) and the check that the main machine's port answers, run before any worker starts."""
-    if config.num_machines == 1:
-        return {}, lambda should_stop: None
+    if config.num_machines == 1 or not config.main_process_ip:
+        return {}, lambda should_stop: None  # (rendezvous() names a missing main_process_ip)
     addr = str(config.main_process_ip)
     port = config.main_process_port if config.main_process_port is not None else DEFAULT_PORT
     env, note = socket_interface_env(addr, port)
