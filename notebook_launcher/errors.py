@@ -18,6 +18,10 @@ class AcceleratorError(NotebookLauncherError, RuntimeError):
     """The Accelerator was used in a way it cannot support (e.g. backward before prepare)."""
 
 
+class DistributedOperationException(AcceleratorError):
+    """Ranks passed mismatched tensors to a collective (debug mode); Accelerate's name."""
+
+
 class HardwareError(NotebookLauncherError, RuntimeError):
     """The machine cannot do what was asked (e.g. fp8 without a capable GPU)."""
 

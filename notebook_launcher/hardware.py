@@ -7,14 +7,14 @@ subprocess. Results are cached per process.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
-
-_NVML_ENV = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
 
 @dataclass(frozen=True)
@@ -82,26 +82,90 @@ def cpu_count() -> int:
 
 
 def cuda_device_count() -> int:
-    """Number of visible CUDA devices, counted through NVML so CUDA stays uninitialised here."""
+    """Number of visible CUDA devices, counted through NVML so CUDA stays uninitialised here.
+
+    torch.cuda.device_count() falls back to the CUDA driver when NVML cannot count (MIG devices,
+    a broken NVML), which would initialise the driver in the kernel and break forked workers.
+    That fallback is never taken here: -1 means "NVML could not tell", and detect() then asks a
+    child process instead.
+    """
     import torch
 
     if not torch.backends.cuda.is_built():
         return 0
-    previous = os.environ.get(_NVML_ENV)
-    os.environ[_NVML_ENV] = "1"
+    nvml_count = getattr(torch.cuda, "_device_count_nvml", None)
+    if nvml_count is None:  # a torch without the NVML helper: let the child process count
+        return -1
     try:
-        return int(torch.cuda.device_count())
-    finally:
-        if previous is None:
-            os.environ.pop(_NVML_ENV, None)
-        else:
-            os.environ[_NVML_ENV] = previous
+        return int(nvml_count())
+    except Exception:
+        return -1
+
+
+def visible_gpu_count(gpu_ids: str | None, hardware: HardwareInfo) -> int:
+    """GPUs a run may use: the ones gpu_ids lists ("0,2" -> 2), else every GPU detected."""
+    if gpu_ids and str(gpu_ids).strip().lower() != "all":
+        return len([i for i in str(gpu_ids).split(",") if i.strip()])
+    return hardware.cuda_device_count
 
 
 def cuda_initialized() -> bool:
     """True when this process already holds a CUDA context (so forking workers is unsafe)."""
     torch = sys.modules.get("torch")
     return bool(torch is not None and torch.cuda.is_initialized())
+
+
+_CUDA_SUCCESS = 0
+_LIBCUDA = re.compile(r"/\S*/libcuda\.so[.\d]*$")
+
+
+def loaded_libcuda(maps_text: str | None = None) -> str | None:
+    """The path of the CUDA driver library when this process has loaded it (never loads it)."""
+    if maps_text is None:
+        try:
+            with open("/proc/self/maps") as maps:
+                maps_text = maps.read()
+        except OSError:
+            return None
+    for line in maps_text.splitlines():
+        found = _LIBCUDA.search(line.strip())
+        if found:
+            return found.group(0)
+    return None
+
+
+def cuda_driver_initialized() -> bool:
+    """True when the CUDA driver was initialised in this process, even if torch's CUDA was not.
+
+    torch.cuda.is_available() without PYTORCH_NVML_BASED_CUDA_CHECK=1, a MIG GPU (torch counts it
+    through the driver) or another CUDA library calls cuInit while torch.cuda.is_initialized()
+    stays False; a forked child then fails with "Cannot re-initialize CUDA in forked subprocess".
+    The driver library is only loaded by such a call, so: not loaded -> not initialised; loaded ->
+    ask it (cuDeviceGetCount answers CUDA_ERROR_NOT_INITIALIZED before cuInit and initialises
+    nothing). When no answer can be had, say True: spawn is always safe.
+    """
+    path = loaded_libcuda()
+    if path is None:
+        return False
+    try:
+        driver = ctypes.CDLL(path, mode=getattr(os, "RTLD_NOLOAD", 0) | ctypes.RTLD_GLOBAL)
+        count = ctypes.c_int(0)
+        return driver.cuDeviceGetCount(ctypes.byref(count)) == _CUDA_SUCCESS
+    except (OSError, AttributeError):
+        return True
+
+
+def cuda_fork_hazard() -> str | None:
+    """Why forking workers from this process would break their CUDA, or None when it is safe."""
+    if cuda_initialized():
+        return "this kernel has already initialised CUDA"
+    if cuda_driver_initialized():
+        return (
+            "this kernel has already initialised the CUDA driver (torch.cuda.is_initialized() is False, but "
+            "something called the driver: torch.cuda.is_available() without PYTORCH_NVML_BASED_CUDA_CHECK=1, "
+            "a MIG GPU counted through the driver, or another CUDA library)"
+        )
+    return None
 
 
 _PROBE = (
@@ -125,6 +189,6 @@ def detect() -> HardwareInfo:
     """Detect CPUs, CUDA GPUs and MPS once; safe to call in a notebook kernel before forking."""
     import torch
 
-    gpus = _probe_gpus() if cuda_device_count() > 0 else ()
+    gpus = _probe_gpus() if cuda_device_count() != 0 else ()  # -1: NVML could not count; the child can
     mps = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
     return HardwareInfo(cpu_count=cpu_count(), gpus=gpus, mps_available=mps)

@@ -118,13 +118,14 @@ def resolve_launch_config(
     """
     base, source = read_config_file(getattr(args, "config_file", None))
     overrides = flag_overrides(args)
-    config = base.replace(**overrides)
+    config, single = _processes_flag_beats_single(base.replace(**overrides), overrides)
     chosen = {
         key for key in MACHINE_KEYS if key in overrides or getattr(base, key) != getattr(LaunchConfig(), key)
     }
     config, note = machines_from_slurm(config, chosen)
-    if note:
-        source = dataclasses.replace(source, notes=(*source.notes, note))
+    for extra in (single, note):
+        if extra:
+            source = dataclasses.replace(source, notes=(*source.notes, extra))
     _check_section_flags(args, config)
     check_without_hardware(config)
     if config.distributed_type == "DEEPSPEED" and importlib.util.find_spec("deepspeed") is None:
@@ -139,23 +140,43 @@ def resolve_launch_config(
     return fill_detected(config, hardware), source
 
 
+def _processes_flag_beats_single(
+    config: LaunchConfig, overrides: dict[str, Any]
+) -> tuple[LaunchConfig, str | None]:
+    """A config file's distributed_type NO (written for one process) yields to --num_processes N, with
+    a note; the flag is the more explicit of the two. NO with several processes from one source is an
+    error later (fill_detected)."""
+    processes = overrides.get("num_processes")
+    if config.distributed_type != "NO" or not processes or processes <= config.num_machines:
+        return config, None
+    if "distributed_type" in overrides:
+        return config, None
+    data = config.to_dict()
+    data["distributed_type"] = None
+    note = (
+        f"--num_processes {processes} overrides the config file's distributed_type NO (one process); the "
+        "strategy is detected instead."
+    )
+    return LaunchConfig.from_dict(data, source="flags"), note
+
+
 def visible_gpu_count(config: LaunchConfig, hardware: Any) -> int:
-    if config.gpu_ids and config.gpu_ids != "all":
-        return len(config.gpu_ids.split(","))
-    return hardware.cuda_device_count
+    from ..hardware import visible_gpu_count as count
+
+    return count(config.gpu_ids, hardware)
 
 
 def fill_detected(config: LaunchConfig, hardware: Any) -> LaunchConfig:
     """Fill what neither flags nor file set, from this machine; reject what it cannot run."""
     gpus = visible_gpu_count(config, hardware)
-    if config.gpu_ids and config.gpu_ids != "all" and not config.use_cpu:
+    if config.gpu_ids and config.gpu_ids != "all" and not config.runs_on_cpu:
         missing = [i for i in config.gpu_ids.split(",") if int(i) >= hardware.cuda_device_count]
         if missing:
             raise ConfigError(
                 f"gpu_ids={config.gpu_ids!r} names GPU {missing[0]}, but this machine has "
                 f"{hardware.cuda_device_count} CUDA GPU(s); list indices below {hardware.cuda_device_count}."
             )
-    on_gpu = gpus > 0 and not config.use_cpu
+    on_gpu = gpus > 0 and not config.runs_on_cpu
     num_processes = config.num_processes or config.num_machines * (gpus if on_gpu else 1)
     local = num_processes // config.num_machines
     distributed_type = _distributed_type(config, num_processes, on_gpu)
@@ -194,9 +215,15 @@ def check_without_hardware(config: LaunchConfig) -> None:
 
 
 def _distributed_type(config: LaunchConfig, num_processes: int, on_gpu: bool) -> str:
+    """The user's choice when given (MULTI_CPU stays on CPU on a GPU machine), else detected."""
     chosen = config.distributed_type
     if chosen in ("FSDP", "DEEPSPEED"):
         return chosen
+    if chosen == "NO" and num_processes > 1:
+        raise ConfigError(
+            f"distributed_type=NO runs a single process, but num_processes={num_processes}; set num_processes "
+            "to 1, or distributed_type to MULTI_GPU / MULTI_CPU (or remove it to detect it)."
+        )
     if chosen == "MULTI_GPU" and not on_gpu:
         if config.use_cpu:
             return "MULTI_CPU" if num_processes > 1 else "NO"

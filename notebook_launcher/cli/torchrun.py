@@ -118,6 +118,8 @@ def build_plan(
     threads_value = omp_threads(config, threads, local)
     if threads_value is not None:
         env["OMP_NUM_THREADS"] = threads_value
+    if config.debug:
+        env["ACCELERATE_DEBUG_MODE"] = "true"  # Accelerate's debug: collectives check shapes across ranks
     if config.debug and not os.environ.get("TORCH_DISTRIBUTED_DEBUG"):
         env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"  # a level the user set themselves wins
     if config.gpu_ids and config.gpu_ids != "all" and not config.use_cpu:

@@ -65,6 +65,11 @@ class LaunchConfig:
             )
         self.validate()
 
+    @property
+    def runs_on_cpu(self) -> bool:
+        """CPU processes even on a GPU machine: use_cpu, or distributed_type MULTI_CPU (Accelerate's meaning)."""
+        return bool(self.use_cpu) or self.distributed_type == "MULTI_CPU"
+
     # ---------------------------------------------------------------- validation
     def validate(self) -> LaunchConfig:
         """Check and normalise every field; raise ConfigError naming the first bad one."""
@@ -110,7 +115,7 @@ class LaunchConfig:
         _coerce_types(self.deepspeed_config, "deepspeed_config.")
         self.fsdp_config.validate()
         self.deepspeed_config.validate()
-        check_strategy_sections(self.distributed_type, self.deepspeed_config)
+        check_strategy_sections(self.distributed_type, self.deepspeed_config, self.num_machines)
         return self
 
     # ------------------------------------------------------------ conversions

@@ -15,6 +15,8 @@ FSDP_STATE_DICT_TYPES = ("FULL_STATE_DICT", "SHARDED_STATE_DICT")
 FSDP_BACKWARD_PREFETCH = ("BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH")
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 ZERO_STAGES = (0, 1, 2, 3)
+# Accelerate's deepspeed_multinode_launcher values; only "standard" (torchrun on every machine) is ours.
+DEEPSPEED_MULTINODE_LAUNCHERS = ("pdsh", "standard", "openmpi", "mvapich", "mpich", "nossh")
 
 # Accelerate (FSDP1) wrote sharding strategies as numbers in older configs.
 _SHARDING_BY_NUMBER = {1: "FULL_SHARD", 2: "SHARD_GRAD_OP", 3: "NO_SHARD", 4: "HYBRID_SHARD"}
@@ -123,6 +125,15 @@ class DeepSpeedConfig:
                 "deepspeed_config.gradient_accumulation_steps="
                 f"{self.gradient_accumulation_steps!r} must be >= 1."
             )
+        self.deepspeed_multinode_launcher = str(self.deepspeed_multinode_launcher).lower()
+        if self.deepspeed_multinode_launcher not in DEEPSPEED_MULTINODE_LAUNCHERS:
+            raise bad_value(
+                "deepspeed_config.deepspeed_multinode_launcher",
+                self.deepspeed_multinode_launcher,
+                DEEPSPEED_MULTINODE_LAUNCHERS,
+            )
+        if self.zero3_init_flag and not self.deepspeed_config_file and self.zero_stage != 3:
+            raise ConfigError(_zero3_init_needs_stage3(self.zero_stage, "deepspeed_config.zero_stage"))
 
 
 def read_deepspeed_json(path: str) -> dict[str, Any]:
@@ -158,9 +169,22 @@ def read_deepspeed_json(path: str) -> dict[str, Any]:
     return data
 
 
-def check_strategy_sections(distributed_type: str | None, deepspeed: DeepSpeedConfig) -> None:
-    """Cross-section checks: FSDP and DeepSpeed cannot be combined; a DeepSpeed JSON file must be usable."""
+def check_strategy_sections(
+    distributed_type: str | None, deepspeed: DeepSpeedConfig, num_machines: int = 1
+) -> None:
+    """Cross-section checks: FSDP and DeepSpeed cannot be combined; DeepSpeed settings must agree
+    with each other and with the DeepSpeed JSON file, and be ones this launcher can apply."""
     ds_file = deepspeed.deepspeed_config_file
+    if (
+        distributed_type == "DEEPSPEED"
+        and num_machines > 1
+        and deepspeed.deepspeed_multinode_launcher != "standard"
+    ):
+        raise ConfigError(
+            f"deepspeed_config.deepspeed_multinode_launcher={deepspeed.deepspeed_multinode_launcher!r}: "
+            "notebook_launcher starts the ranks of every machine itself (torchrun, Accelerate's 'standard'), and "
+            "cannot hand them to pdsh/MPI. Set it to 'standard' and start the launch on each machine."
+        )
     if not ds_file:
         return
     if distributed_type == "FSDP":
@@ -170,4 +194,48 @@ def check_strategy_sections(distributed_type: str | None, deepspeed: DeepSpeedCo
             "the file to train with FSDP."
         )
     if distributed_type == "DEEPSPEED":
-        read_deepspeed_json(ds_file)
+        check_file_agrees(deepspeed, read_deepspeed_json(ds_file))
+
+
+def _zero3_init_needs_stage3(stage: object, where: str) -> str:
+    return (
+        f"deepspeed_config.zero3_init_flag=True builds models already partitioned for ZeRO stage 3, but {where} "
+        f"is {stage!r}; set zero_stage 3, or zero3_init_flag False."
+    )
+
+
+def check_file_agrees(deepspeed: DeepSpeedConfig, data: dict[str, Any]) -> None:
+    """A deepspeed_config field set next to a JSON file must say what the file says (or be left
+    unset): otherwise one of the two would be silently ignored. Fields at their default count as unset."""
+    source = f"DeepSpeed config file {deepspeed.deepspeed_config_file!r}"
+    zero = data.get("zero_optimization")
+    zero = zero if isinstance(zero, dict) else {}
+    stage = zero.get("stage", 0)
+    defaults = DeepSpeedConfig()
+    pairs = [
+        ("zero_stage", deepspeed.zero_stage, "zero_optimization.stage", stage),
+        (
+            "offload_optimizer_device",
+            deepspeed.offload_optimizer_device,
+            "zero_optimization.offload_optimizer.device",
+            (zero.get("offload_optimizer") or {}).get("device", "none"),
+        ),
+        (
+            "offload_param_device",
+            deepspeed.offload_param_device,
+            "zero_optimization.offload_param.device",
+            (zero.get("offload_param") or {}).get("device", "none"),
+        ),
+    ]
+    clipping = data.get("gradient_clipping", "auto")
+    if deepspeed.gradient_clipping is not None and clipping != "auto":
+        pairs.append(("gradient_clipping", float(deepspeed.gradient_clipping), "gradient_clipping", clipping))
+    for field_name, ours, key, theirs in pairs:
+        if ours == getattr(defaults, field_name) or theirs == "auto" or ours == theirs:
+            continue
+        raise ConfigError(
+            f"deepspeed_config.{field_name}={ours!r} but {source} has {key}={theirs!r}; with a DeepSpeed file, set "
+            f'{field_name} in the file (or write "auto" there) and leave deepspeed_config.{field_name} unset.'
+        )
+    if deepspeed.zero3_init_flag and stage not in (3, "auto"):
+        raise ConfigError(_zero3_init_needs_stage3(stage, f"zero_optimization.stage in {source}"))

@@ -2,7 +2,8 @@
 
 Output does not travel here: each worker's file descriptors 1 and 2 are pipes the parent reads,
 so C-level writes are captured too. Messages are pickled tuples `(kind, payload)`; return values
-and exceptions inside them are cloudpickled, so notebook-defined classes survive the trip.
+and exceptions inside them are cloudpickled, so notebook-defined classes survive the trip. Every
+GPU tensor in a message is moved to the CPU here, in the worker (host_pickle.py says why).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 import cloudpickle
+
+from .host_pickle import dumps_on_host
 
 RESULT, ERROR, METRIC, PROGRESS, STARTED = "result", "error", "metric", "progress", "started"
 
@@ -35,13 +38,13 @@ class WorkerChannel:
         self.conn = conn
 
     def _send(self, kind: str, payload: Any) -> None:
-        self.conn.send_bytes(pickle.dumps((kind, payload), protocol=pickle.HIGHEST_PROTOCOL))
+        self.conn.send_bytes(dumps_on_host((kind, payload), by_value=False))
 
     def send_started(self) -> None:
         self._send(STARTED, None)
 
     def send_result(self, value: Any) -> None:
-        self._send(RESULT, cloudpickle.dumps(value))
+        self._send(RESULT, dumps_on_host(value))
 
     def send_error(self, exc: BaseException) -> None:
         self._send(ERROR, describe_exception(exc))
@@ -53,7 +56,7 @@ class WorkerChannel:
 def describe_exception(exc: BaseException) -> dict[str, Any]:
     """Everything the parent needs to report an exception, picklable no matter what."""
     try:
-        pickled = cloudpickle.dumps(exc)
+        pickled = dumps_on_host(exc)
     except Exception:
         pickled = None
     exc_type = type(exc).__name__

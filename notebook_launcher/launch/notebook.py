@@ -15,6 +15,7 @@ from ..errors import ConfigError
 from . import planning
 from .handle import RunHandle, collect_result
 from .output import CellPrinter
+from .payload import pickle_target
 from .planning import LaunchPlan
 from .result import LaunchResult
 from .supervisor import Supervisor
@@ -78,7 +79,16 @@ def _prepare(
         raise ConfigError(f"timeout={timeout!r} must be a positive number of seconds.")
     kwargs = dict(kwargs or {})
     cfg = planning.build_config(config, overrides)
+    planning.reject_agent_only_settings(cfg)
+    planning.check_gpu_ids(cfg)
     nproc = planning.count_processes(num_processes, cfg, say)
+    cfg = planning.respect_single_process(
+        cfg,
+        nproc,
+        processes_given=num_processes is not None,
+        type_given=overrides.get("distributed_type") is not None,
+        say=say,
+    )
     cfg = cfg.replace(num_processes=nproc * cfg.num_machines)
     method, note = planning.choose_start_method(start_method)
     if note:
@@ -86,7 +96,7 @@ def _prepare(
     payload = None
     target = (fn, tuple(args), kwargs)
     if method != "fork":
-        payload = planning.pickle_target(fn, tuple(args), kwargs)
+        payload = pickle_target(fn, tuple(args), kwargs, say)
         target = None
     else:
         _warm_up()
@@ -194,9 +204,10 @@ def notebook_launch(
     in_process=True (with num_processes=1) runs fn right here, as rank 0 of a world of one: the
     original exception propagates, so `%debug` lands in your frame.
     """
-    if in_process:
-        return _launch_in_process(fn, args, kwargs, num_processes, config, mixed_precision, config_overrides)
     options = dict(locals())
+    if in_process:
+        _reject_for_in_process(options)
+        return _launch_in_process(fn, args, kwargs, num_processes, config, mixed_precision, config_overrides)
     shown = _displayed_view(view)
     if shown:
         options["observers"] = [*observers, shown]
@@ -206,6 +217,36 @@ def notebook_launch(
     supervisor = Supervisor(plan, watchers, poll_hooks)
     supervisor.run()
     return collect_result(supervisor, plan)
+
+
+# Options that need worker processes, with the value that means "not asked for" and why in_process
+# cannot apply another one: an error, never silently ignored.
+_NOT_IN_PROCESS = {
+    "timeout": (None, "a function running in the kernel's own thread cannot be stopped from outside"),
+    "start_method": ("auto", "nothing is started"),
+    "num_nodes": ((None, 1), "one process is one machine"),
+    "node_rank": ((None, 0), "one process is one machine"),
+    "master_addr": (None, "there is no rendezvous"),
+    "master_port": (None, "there is no rendezvous"),
+    "show_ranks": ((None, 0), "output goes straight to the cell"),
+    "quiet": (False, "output goes straight to the cell"),
+    "view": (False, "there are no workers to show"),
+    "observers": ((), "no launch events are sent"),
+    "poll_hooks": ((), "the cell is busy running the function"),
+}
+
+
+def _reject_for_in_process(options: dict[str, Any]) -> None:
+    for name, (unset, why) in _NOT_IN_PROCESS.items():
+        value = options[name]
+        allowed = unset if isinstance(unset, tuple) else (unset,)
+        if isinstance(value, (list, tuple)) and not value and () in allowed:
+            continue
+        if value not in allowed:
+            raise ConfigError(
+                f"in_process=True runs fn in this process, so {name}={value!r} cannot be applied ({why}). "
+                f"Drop {name}, or drop in_process=True to run in a worker process."
+            )
 
 
 def _launch_in_process(fn, args, kwargs, num_processes, config, mixed_precision, overrides) -> LaunchResult:
@@ -218,6 +259,8 @@ def _launch_in_process(fn, args, kwargs, num_processes, config, mixed_precision,
     if not callable(fn):
         raise ConfigError(f"notebook_launch needs a function to run; got {type(fn).__name__} {fn!r}.")
     cfg = planning.build_config(config, dict(mixed_precision=mixed_precision, **overrides))
+    planning.reject_agent_only_settings(cfg)
+    planning.check_gpu_ids(cfg)
     return run_in_process(fn, tuple(args), dict(kwargs or {}), cfg.replace(num_processes=1, num_machines=1))
 
 

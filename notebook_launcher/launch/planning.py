@@ -53,14 +53,87 @@ def count_processes(requested: int | None, config: LaunchConfig, say: Callable[[
         return requested
     if config.num_processes is not None:
         return config.num_processes // config.num_machines
-    from ..hardware import detect
+    from ..hardware import detect, visible_gpu_count
 
-    gpus = 0 if config.use_cpu else detect().cuda_device_count
+    gpus = 0 if config.runs_on_cpu else visible_gpu_count(config.gpu_ids, detect())
     if gpus:
-        say(f"notebook_launch: num_processes not given; using {gpus} processes, one per GPU.")
+        which = f"GPUs {config.gpu_ids}" if config.gpu_ids and config.gpu_ids != "all" else "GPU"
+        say(f"notebook_launch: num_processes not given; using {gpus} processes, one per {which}.")
         return gpus
     say("notebook_launch: num_processes not given and no GPU found; using 2 CPU processes.")
     return 2
+
+
+def check_gpu_ids(config: LaunchConfig) -> None:
+    """gpu_ids must name GPUs this machine has (as the CLI checks), unless the run is on CPU."""
+    if not config.gpu_ids or config.gpu_ids == "all" or config.runs_on_cpu:
+        return
+    ids = [i.strip() for i in str(config.gpu_ids).split(",")]
+    if not all(i.isdigit() for i in ids):
+        raise ConfigError(
+            f"gpu_ids={config.gpu_ids!r} must be comma-separated GPU indices such as '0,1', or 'all'."
+        )
+    from ..hardware import detect
+
+    count = detect().cuda_device_count
+    missing = [i for i in ids if int(i) >= count]
+    if missing:
+        raise ConfigError(
+            f"gpu_ids={config.gpu_ids!r} names GPU {missing[0]}, but this machine has {count} CUDA GPU(s); "
+            f"list indices below {count}, or pass use_cpu=True to train on CPU."
+        )
+
+
+def respect_single_process(
+    config: LaunchConfig, nproc: int, *, processes_given: bool, type_given: bool, say: Callable[[str], None]
+) -> LaunchConfig:
+    """distributed_type NO means one process: never turn it into data parallel behind the user's back.
+
+    NO given here with several processes is an error. NO from a config file (which `config default`
+    writes for one process) yields to a num_processes given here, with a note: the argument wins.
+    """
+    world = nproc * config.num_machines
+    if config.distributed_type != "NO" or world == 1:
+        return config
+    if type_given or not processes_given:
+        raise ConfigError(
+            f"distributed_type='NO' runs a single process, but this launch has {world} processes. Pass "
+            "num_processes=1, or a distributed_type that uses several processes (MULTI_GPU, MULTI_CPU, FSDP, "
+            "DEEPSPEED), or leave distributed_type unset to detect it."
+        )
+    say(
+        f"notebook_launch: num_processes={nproc} given here overrides the config's distributed_type NO (one "
+        "process); the strategy is detected instead (DDP)."
+    )
+    data = config.to_dict()
+    data["distributed_type"] = None
+    return LaunchConfig.from_dict(data, source="arguments")
+
+
+# LaunchConfig fields that only torchrun's elastic agent uses: notebook_launch starts and watches its
+# workers itself, so a non-default value would be silently ignored. Restarts come with fault tolerance.
+_AGENT_ONLY_FIELDS = {
+    "max_restarts": (0, "notebook_launch does not restart failed workers yet"),
+    "monitor_interval": (
+        0.1,
+        "notebook_launch watches its workers' pipes continuously, with no polling interval",
+    ),
+    "rdzv_backend": (
+        "static",
+        "its rendezvous is a TCPStore hosted by machine 0's launcher, with a fixed membership like 'static'",
+    ),
+}
+
+
+def reject_agent_only_settings(config: LaunchConfig) -> None:
+    """Settings notebook_launch cannot apply are an error naming the alternative, never ignored."""
+    for name, (default, why) in _AGENT_ONLY_FIELDS.items():
+        value = getattr(config, name)
+        if value != default:
+            raise ConfigError(
+                f"{name}={value!r} cannot be applied by notebook_launch: {why}. Set {name}={default!r} (the "
+                "default) here, or run the script with `notebook-launcher launch`, whose torchrun agent applies it."
+            )
 
 
 def choose_start_method(requested: str) -> tuple[str, str | None]:
@@ -69,12 +142,10 @@ def choose_start_method(requested: str) -> tuple[str, str | None]:
         raise ConfigError(
             f"start_method={requested!r} is not valid; choose one of {', '.join(START_METHODS)}."
         )
-    from ..hardware import cuda_initialized
+    from ..hardware import cuda_fork_hazard
 
-    unsafe = None
-    if cuda_initialized():
-        unsafe = "this kernel has already initialised CUDA"
-    elif not sys.platform.startswith("linux"):
+    unsafe = cuda_fork_hazard()
+    if unsafe is None and not sys.platform.startswith("linux"):
         unsafe = f"fork is not safe on {sys.platform}"
     if requested == "fork" and unsafe:
         raise ConfigError(
@@ -189,7 +260,16 @@ def make_specs(
     from ..hardware import cpu_count
 
     world = nproc * config.num_machines
-    extra_env = {"TORCHELASTIC_USE_AGENT_STORE": "True", **(extra_env or {})}
+    # The workers join the store this launcher hosts, as torchrun's workers join their agent's. torch
+    # 2.4-2.5 build the store's key prefix from TORCHELASTIC_RESTART_COUNT and fail without it; a
+    # launch here is attempt 0 (no restarts).
+    extra_env = {
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+        "TORCHELASTIC_RESTART_COUNT": "0",
+        **(extra_env or {}),
+    }
+    if config.debug:
+        extra_env.setdefault("ACCELERATE_DEBUG_MODE", "true")  # Accelerate's debug: collectives check shapes
     threads = _threads_per_worker(os.environ.get("OMP_NUM_THREADS"), cpu_count(), nproc)
     specs = []
     for local_rank in range(nproc):
@@ -211,48 +291,3 @@ def make_specs(
         env.update(extra_env)
         specs.append(WorkerSpec(rank=rank, env=env, payload=payload, threads=threads))
     return specs
-
-
-def pickle_target(fn: Any, args: tuple, kwargs: dict) -> bytes:
-    """cloudpickle (fn, args, kwargs) by value; name the object that cannot be pickled."""
-    import cloudpickle
-
-    try:
-        return cloudpickle.dumps((fn, args, kwargs))
-    except Exception as exc:
-        culprit = _find_unpicklable({"fn": fn, **{f"args[{i}]": a for i, a in enumerate(args)}, **kwargs})
-        where = f" The problem is {culprit}." if culprit else ""
-        raise ConfigError(
-            f"The function and its arguments must be picklable to start workers with spawn: {exc}.{where} "
-            "Create such objects (open files, locks, CUDA tensors, database connections) inside the function."
-        ) from exc
-
-
-def _find_unpicklable(items: dict[str, Any]) -> str | None:
-    import cloudpickle
-
-    for name, value in items.items():
-        try:
-            cloudpickle.dumps(value)
-        except Exception as exc:
-            inner = _unpicklable_capture(value) if callable(value) else None
-            return inner or f"{name} ({type(value).__name__}: {exc})"
-    return None
-
-
-def _unpicklable_capture(fn: Any) -> str | None:
-    """For a function that will not pickle: the global or closure variable it uses that will not."""
-    import cloudpickle
-
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return None
-    names = {name: fn.__globals__[name] for name in code.co_names if name in getattr(fn, "__globals__", {})}
-    cells = zip(code.co_freevars, fn.__closure__ or (), strict=False)
-    names.update({name: cell.cell_contents for name, cell in cells})
-    for name, value in names.items():
-        try:
-            cloudpickle.dumps(value)
-        except Exception as exc:
-            return f"the variable {name!r} that {getattr(fn, '__name__', 'the function')} uses ({type(value).__name__}: {exc})"
-    return None

@@ -28,6 +28,7 @@ from .kwargs import (
 )
 from .precision import Precision
 from .process_api import ProcessAPI
+from .rng_sync import RNGSyncedLoader, check_rng_types
 from .saving_api import SavingAPI
 from .seed import set_seed
 from .state import get_state
@@ -61,7 +62,8 @@ class Accelerator(SavingAPI, ProcessAPI):
             )
         handlers = _index_handlers(kwargs_handlers or [])
         pg = handlers.get(InitProcessGroupKwargs)
-        self.state = get_state(self.config, cpu=cpu, timeout=pg.timeout if pg else None)
+        self.state = get_state(self.config, cpu=cpu, **(pg.to_kwargs() if pg else {}))
+        self.rng_types = check_rng_types(rng_types, self.state.device)
         if dataloader_config is not None:
             split_batches = getattr(dataloader_config, "split_batches", split_batches)
             even_batches = getattr(dataloader_config, "even_batches", even_batches)
@@ -213,7 +215,8 @@ class Accelerator(SavingAPI, ProcessAPI):
         placement = self.device_placement if device_placement is None else device_placement
         seed = self.config.seed if self.config.seed is not None else torch.initial_seed() % 2**31
         seed = ops.broadcast_object_list([seed])[0]
-        loader = DataLoaderShard(
+        synced = {"rng_types": self.rng_types, "rng_device": self.device} if self.rng_types else {}
+        loader = (RNGSyncedLoader if synced else DataLoaderShard)(
             data_loader,
             rank=self.process_index,
             world_size=self.num_processes,
@@ -222,6 +225,7 @@ class Accelerator(SavingAPI, ProcessAPI):
             split_batches=self.split_batches,
             even_batches=self.even_batches,
             seed=int(seed),
+            **synced,
         )
         self._dataloaders.append(loader)
         return loader
@@ -332,6 +336,11 @@ def _resolve_distributed_type(config: LaunchConfig, state: Any) -> DistributedTy
         return DistributedType(config.distributed_type)
     if not state.is_distributed:
         return DistributedType.NO
+    if config.distributed_type == "NO":
+        raise AcceleratorError(
+            f"The launch config says distributed_type='NO' (one process), but this process is one of "
+            f"{state.world_size} (WORLD_SIZE); launch one process, or use MULTI_GPU / MULTI_CPU for several."
+        )
     return DistributedType.MULTI_GPU if state.device.type == "cuda" else DistributedType.MULTI_CPU
 
 

@@ -13,6 +13,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from . import debug_mode
+
 
 def _is_distributed() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
@@ -63,6 +65,7 @@ def gather(data: Any) -> Any:
     """Concatenate every rank's tensors along dim 0, in rank order (scalars become 1-D)."""
     if not _is_distributed():
         return recursively_apply(lambda t: t.unsqueeze(0) if t.ndim == 0 else t, data)
+    debug_mode.verify("gather", data, skip_first_dim=True)
     return recursively_apply(_gather_one, data)
 
 
@@ -90,6 +93,7 @@ def reduce(data: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
                 out = out / dist.get_world_size()
         return out * scale if scale != 1.0 else out
 
+    debug_mode.verify("reduce", data)
     return recursively_apply(one, data)
 
 
@@ -97,6 +101,7 @@ def broadcast(data: Any, from_process: int = 0) -> Any:
     """Every rank receives `from_process`'s tensors (shapes must match)."""
     if not _is_distributed():
         return data
+    debug_mode.verify("broadcast", data)
 
     def one(t: torch.Tensor) -> torch.Tensor:
         out = t.contiguous().clone()

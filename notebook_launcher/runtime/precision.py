@@ -87,10 +87,13 @@ class Precision:
             self.scaler.unscale_(optimizer)
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, **kwargs: Any) -> bool:
-        """Step (through the scaler for fp16); return True when the step was skipped for inf/NaN."""
+        """Step (through the scaler for fp16); return True when the step was skipped for inf/NaN.
+
+        Without our scaler, an optimizer that scales its own loss (DeepSpeed's engine) says whether
+        it skipped through its `step_was_skipped`."""
         if self.scaler is None:
             optimizer.step(**kwargs)
-            return False
+            return bool(getattr(optimizer, "step_was_skipped", False))
         before = self.scaler.get_scale()
         self.scaler.step(optimizer, **kwargs)
         self.scaler.update()

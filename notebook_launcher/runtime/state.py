@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from ..config import LaunchConfig
-from ..errors import ClusterEnvironmentError
+from ..errors import AcceleratorError, ClusterEnvironmentError
 from ..network import socket_interface_env
 from .environments import World, detect_world
 
@@ -68,9 +68,42 @@ def teardown_on_end() -> bool:
     return not _EXIT_WITHOUT_TEARDOWN
 
 
+FORKED_AFTER_CUDA = (
+    "This worker was forked from a process that had already initialised the CUDA driver, so it cannot use "
+    "CUDA (torch would fail with 'Cannot re-initialize CUDA in forked subprocess'). Typical causes in the "
+    "notebook: torch.cuda.is_available() ran without PYTORCH_NVML_BASED_CUDA_CHECK=1, or a MIG GPU made torch "
+    "count devices through the driver. Fix: launch with start_method='spawn'; or restart the kernel and set "
+    "os.environ['PYTORCH_NVML_BASED_CUDA_CHECK'] = '1' before anything asks torch about GPUs; or pass "
+    "use_cpu=True to train on the CPU."
+)
+
+
+def _forked_after_cuda_with_gpus() -> bool:
+    """In a child forked after the parent initialised the CUDA driver, on a machine with GPUs.
+
+    torch flags every child of a process that asked the CUDA runtime anything ("bad fork"), even
+    on a machine without an NVIDIA driver (seen with a CUDA build of torch on a CPU machine): only
+    when the driver library was really loaded (its mapping is inherited) is CUDA unusable here.
+    GPUs are then counted through NVML only: in such a child the driver may answer "no GPU", and
+    the run would silently train on the CPU.
+    """
+    if not torch.cuda._is_in_bad_fork():
+        return False
+    from ..hardware import loaded_libcuda
+
+    if loaded_libcuda() is None:
+        return False
+    try:
+        return torch.cuda._device_count_nvml() != 0  # -1 (NVML failed, e.g. MIG) counts as GPUs
+    except Exception:
+        return True
+
+
 def _pick_device(config: LaunchConfig, cpu: bool, world: World) -> torch.device:
-    if cpu or config.use_cpu:
+    if cpu or config.runs_on_cpu:
         return torch.device("cpu")
+    if _forked_after_cuda_with_gpus():
+        raise AcceleratorError(FORKED_AFTER_CUDA)
     if torch.cuda.is_available():
         return torch.device("cuda", world.local_rank % torch.cuda.device_count())
     mps = getattr(torch.backends, "mps", None)
@@ -106,9 +139,17 @@ def _check_rendezvous(world: World) -> None:
 
 
 def get_state(
-    config: LaunchConfig | None = None, *, cpu: bool = False, timeout: datetime.timedelta | None = None
+    config: LaunchConfig | None = None,
+    *,
+    cpu: bool = False,
+    timeout: datetime.timedelta | None = None,
+    backend: str | None = None,
+    init_method: str | None = None,
 ) -> ProcessState:
-    """The process state, created (and the process group initialised) on first use."""
+    """The process state, created (and the process group initialised) on first use.
+
+    backend / init_method / timeout are InitProcessGroupKwargs': the user's choice wins over ours.
+    """
     global _STATE
     if _STATE is not None:
         return _STATE
@@ -119,35 +160,64 @@ def get_state(
     rank, world_size, local_rank = world.rank, world.world_size, world.local_rank
     local_world, node_rank = world.local_world_size, world.node_rank
     device = _pick_device(config, cpu, world)
-    backend = None
     owns = False
     if dist.is_available() and dist.is_initialized():
         backend = dist.get_backend()
         world_size, rank = dist.get_world_size(), dist.get_rank()
     elif world_size > 1:
-        _check_rendezvous(world)
+        if init_method is None:  # a user's init_method (file://, tcp://) needs no MASTER_ADDR/PORT
+            _check_rendezvous(world)
         _enter_world(world)
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        if device.type == "cuda" and local_world > torch.cuda.device_count():
-            # NCCL refuses two ranks on one GPU; gloo runs them (slower), which is what a user
-            # asking for more processes than GPUs on one machine wants for a test run.
-            backend = "gloo"
-            if local_rank == 0:
-                print(
-                    f"notebook_launcher: {local_world} processes share {torch.cuda.device_count()} GPU(s); "
-                    "using the gloo backend because NCCL cannot put two ranks on one GPU."
-                )
+        backend = (
+            _check_backend(backend, device) if backend else _default_backend(device, local_world, local_rank)
+        )
         if device.type == "cuda":
             torch.cuda.set_device(device)
         kwargs = {"backend": backend, "rank": rank, "world_size": world_size}
+        if init_method is not None:
+            kwargs["init_method"] = init_method
         if timeout is not None:
             kwargs["timeout"] = timeout
         if backend == "nccl":
             kwargs["device_id"] = device
         dist.init_process_group(**kwargs)
         owns = True
+    else:
+        backend = None
     _STATE = ProcessState(rank, local_rank, world_size, local_world, node_rank, device, backend, owns)
     return _STATE
+
+
+def _default_backend(device: torch.device, local_world: int, local_rank: int) -> str:
+    if device.type != "cuda":
+        return "gloo"
+    if local_world > torch.cuda.device_count():
+        # NCCL refuses two ranks on one GPU; gloo runs them (slower), which is what a user
+        # asking for more processes than GPUs on one machine wants for a test run.
+        if local_rank == 0:
+            print(
+                f"notebook_launcher: {local_world} processes share {torch.cuda.device_count()} GPU(s); "
+                "using the gloo backend because NCCL cannot put two ranks on one GPU."
+            )
+        return "gloo"
+    return "nccl"
+
+
+def _check_backend(backend: str, device: torch.device) -> str:
+    """InitProcessGroupKwargs(backend=...): a name torch knows, and one that can run on this device."""
+    parts = [part.rpartition(":")[2].strip().lower() for part in str(backend).split(",")]
+    known = [name for name in dist.Backend.backend_list if name not in ("undefined", "fake")]
+    if not all(part in known for part in parts):
+        raise AcceleratorError(
+            f"InitProcessGroupKwargs(backend={backend!r}) is not a torch.distributed backend; use 'gloo', 'nccl' "
+            f"(CUDA GPUs), another of {known}, or a device map such as 'cpu:gloo,cuda:nccl'."
+        )
+    if "nccl" in parts and len(parts) == 1 and device.type != "cuda":
+        raise AcceleratorError(
+            f"InitProcessGroupKwargs(backend='nccl') needs CUDA GPUs, but this process runs on {device.type!r}; "
+            "use backend='gloo' (or leave it unset)."
+        )
+    return backend
 
 
 def current_state() -> ProcessState | None:

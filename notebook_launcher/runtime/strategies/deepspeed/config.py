@@ -9,8 +9,9 @@ Plain dict work, no torch or deepspeed import, so it is tested in one process. R
 - Gradient accumulation: one number for the Accelerator and the engine. A file's number is adopted
   when the launch config leaves accumulation at 1; two different numbers > 1 are an error.
 - Gradient clipping: "auto" or no file means our gradient_clipping, or 0.0 (off) when unset, so
-  results match DDP (DeepSpeed's own default would clip at 1.0). A file without the key keeps
-  DeepSpeed's default.
+  results match DDP (DeepSpeed's own default would clip at 1.0). A file without the key takes our
+  gradient_clipping when it is set, else keeps DeepSpeed's default; a file with another number
+  than ours is refused when the launch config is built (config/sections.py).
 - Precision: "auto" follows mixed_precision; a file that enables fp16/bf16 must agree with it.
 """
 
@@ -150,9 +151,9 @@ def _fill_batch_sizes(config: dict[str, Any], micro: int | None, steps: int, wor
 
 
 def _fill_clipping(config: dict[str, Any], launch: LaunchConfig, *, from_file: bool) -> None:
+    ours = launch.deepspeed_config.gradient_clipping
     value = config.get("gradient_clipping", None if from_file else AUTO)
-    if value == AUTO:
-        ours = launch.deepspeed_config.gradient_clipping
+    if value == AUTO or (value is None and ours is not None):  # a file without the key takes ours
         config["gradient_clipping"] = float(ours) if ours is not None else 0.0
 
 

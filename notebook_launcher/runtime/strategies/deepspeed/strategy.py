@@ -34,6 +34,7 @@ from ..process_group import ensure_process_group
 from .config import EngineConfig, build_engine_config
 from .memory import share_master_partitions
 from .offload import optimizer_for_offload
+from .zero3_init import register_with_transformers
 
 CHECKPOINT_TAG = "deepspeed"
 
@@ -73,6 +74,13 @@ class EngineOptimizer(torch.optim.Optimizer):
     def step(self, closure: Any = None) -> None:  # type: ignore[override]
         """Stepped by accelerator.backward() already."""
 
+    @property
+    def step_was_skipped(self) -> bool:
+        """True when the engine's last boundary step did not update the weights (fp16 overflow), as
+        Accelerate's DeepSpeed optimizer wrapper reports: the Accelerator's schedulers then do not step."""
+        applied = getattr(self.engine, "was_step_applied", None)
+        return applied is not None and not applied()
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         """The engine zeroes gradients after its step."""
 
@@ -101,6 +109,7 @@ class DeepSpeedStrategy(Strategy):
         precision.scaler = None
         self.engine: Any = None
         self.engine_config: EngineConfig | None = None
+        self._hf_deepspeed_config = register_with_transformers(config, state.world_size)
 
     # ---------------------------------------------------------------- prepare
     def prepare_together(self, objects: list[Any]) -> list[Any]:

@@ -28,7 +28,11 @@ from torch.distributed.checkpoint.state_dict import (
 
 from ....errors import AcceleratorError
 
-_FULL = StateDictOptions(full_state_dict=True)
+# Gathering a full state dict: each tensor is gathered and moved to the CPU one at a time, onto rank 0
+# only (torch keeps ranks_only=(0,) with cpu_offload), as Accelerate's get_state_dict does. Without
+# cpu_offload, every rank would hold the whole model on its GPU at once.
+_GATHER_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+_LOAD_FULL = StateDictOptions(full_state_dict=True)  # every rank passes the full dict it read
 _SHARDED = StateDictOptions(full_state_dict=False)
 
 
@@ -73,22 +77,22 @@ def _to_cpu(value: Any) -> Any:
 
 # ------------------------------------------------------------------------ full state dicts
 def full_model_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The whole model's weights, gathered, on CPU, on every rank (a collective: call on all ranks)."""
-    return _to_cpu(get_model_state_dict(model, options=_FULL))
+    """The whole model's weights on rank 0, on CPU; {} on other ranks (a collective: call on all)."""
+    return _to_cpu(get_model_state_dict(model, options=_GATHER_FULL))
 
 
 def load_full_model_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
     """Load a full state dict (every rank holds it) into the sharded model."""
-    set_model_state_dict(model, state, options=_FULL)
+    set_model_state_dict(model, state, options=_LOAD_FULL)
 
 
 def full_optimizer_state(model: nn.Module, optimizer: Any) -> dict[str, Any]:
-    """Optimizer state keyed by parameter name, gathered, on CPU, on every rank."""
-    return _to_cpu(get_optimizer_state_dict(model, inner_optimizer(optimizer), options=_FULL))
+    """Optimizer state keyed by parameter name on rank 0, on CPU; {} on other ranks."""
+    return _to_cpu(get_optimizer_state_dict(model, inner_optimizer(optimizer), options=_GATHER_FULL))
 
 
 def load_full_optimizer_state(model: nn.Module, optimizer: Any, state: dict[str, Any]) -> None:
-    set_optimizer_state_dict(model, inner_optimizer(optimizer), state, options=_FULL)
+    set_optimizer_state_dict(model, inner_optimizer(optimizer), state, options=_LOAD_FULL)
 
 
 # ---------------------------------------------------------------------- sharded checkpoints
