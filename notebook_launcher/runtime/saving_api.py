@@ -16,6 +16,7 @@ from torch import nn
 from ..errors import AcceleratorError
 from . import checkpoint
 from .precision import Precision
+from .safe_files import save_safetensors
 from .state import reset_state, teardown_on_end
 
 
@@ -32,22 +33,34 @@ class SavingAPI:
         return self.strategy.model_state_dict(model)
 
     def save(self, obj: Any, f: str | os.PathLike[str], safe_serialization: bool = False) -> None:
-        """torch.save on the main process only (atomic: write then rename)."""
+        """torch.save on the main process only (atomic: write then rename); with safe_serialization,
+        a safetensors file instead (a dict of tensors only, loadable without unpickling)."""
         if self.is_main_process:
             path = Path(f)
             tmp = path.with_name(f".{path.name}.tmp")
-            torch.save(obj, tmp)
+            if safe_serialization:
+                save_safetensors(obj, tmp)
+            else:
+                torch.save(obj, tmp)
             os.replace(tmp, path)
 
-    def save_model(self, model: nn.Module, save_directory: str | os.PathLike[str], **_: Any) -> Path:
-        """Save the full (unwrapped, unsharded) weights as pytorch_model.bin in save_directory."""
+    def save_model(
+        self,
+        model: nn.Module,
+        save_directory: str | os.PathLike[str],
+        safe_serialization: bool = False,
+        **_: Any,
+    ) -> Path:
+        """Save the full (unwrapped, unsharded) weights as pytorch_model.bin in save_directory, or as
+        model.safetensors with safe_serialization=True (Accelerate's default is True; ours stays .bin)."""
         state = self.get_state_dict(model)
         folder = Path(save_directory)
+        name = "model.safetensors" if safe_serialization else "pytorch_model.bin"
         if self.is_main_process:
             folder.mkdir(parents=True, exist_ok=True)
-            self.save(state, folder / "pytorch_model.bin")
+            self.save(state, folder / name, safe_serialization=safe_serialization)
         self.wait_for_everyone()
-        return folder / "pytorch_model.bin"
+        return folder / name
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Include objects with state_dict()/load_state_dict() in save_state and load_state."""
