@@ -220,7 +220,9 @@ def test_save_model_writes_the_full_unsharded_weights(tmp_path):
     saved = torch.load(result[0]["path"], weights_only=True)
     assert_same_weights(saved, result[0]["weights"], atol=0)
     assert result[1]["weights"] == {}  # the full state dict is gathered (to the CPU) on rank 0 only
-    assert all(type(t) is torch.Tensor and t.device.type == "cpu" for t in saved.values())  # plain tensors, not DTensor shards
+    assert all(
+        type(t) is torch.Tensor and t.device.type == "cpu" for t in saved.values()
+    )  # plain tensors, not DTensor shards
     transformer_model().load_state_dict(saved)
 
 

@@ -138,7 +138,12 @@ def make_accelerator():
 
 
 def test_a_worker_forked_after_the_driver_was_initialised_says_how_to_fix(monkeypatch):
-    # What a child of such a parent sees: torch's bad-fork flag set, and GPUs that NVML can count.
+    # What a child of such a parent sees
+    # (the driver library mapped into the process, torch's bad-fork flag set, GPUs NVML can count).
+    from notebook_launcher import hardware
+
+    monkeypatch.setattr(hardware, "loaded_libcuda", lambda maps_text=None: "/usr/lib/libcuda.so.1")
+    monkeypatch.setattr(hardware, "cuda_fork_hazard", lambda: None)  # a parent that did not notice
     monkeypatch.setattr(torch.cuda, "_is_in_bad_fork", lambda: True)
     monkeypatch.setattr(torch.cuda, "_device_count_nvml", lambda: 1)
     with pytest.raises(WorkerError) as failure:
@@ -148,6 +153,17 @@ def test_a_worker_forked_after_the_driver_was_initialised_says_how_to_fix(monkey
     assert "start_method='spawn'" in text and "PYTORCH_NVML_BASED_CUDA_CHECK" in text
     # The fix it names for a CPU run works in the same situation.
     assert list(notebook_launch(make_accelerator, num_processes=1, use_cpu=True, quiet=True)) == ["cpu"]
+
+
+def test_a_poisoned_fork_without_a_driver_is_harmless(monkeypatch):
+    """A CUDA build of torch on a machine without an NVIDIA driver flags every forked child (seen
+    with torch 2.6 here), but no driver was loaded: such a worker must run on the CPU, not fail."""
+    from notebook_launcher import hardware
+    from notebook_launcher.runtime.state import _pick_device
+
+    monkeypatch.setattr(torch.cuda, "_is_in_bad_fork", lambda: True)
+    monkeypatch.setattr(hardware, "loaded_libcuda", lambda maps_text=None: None)
+    assert _pick_device(LaunchConfig(), False, 0).type == "cpu"
 
 
 # ----------------------------------------------------------------- gpu_ids and the process count

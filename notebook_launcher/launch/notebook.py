@@ -222,26 +222,25 @@ def notebook_launch(
 # Options that need worker processes, with the value that means "not asked for" and why in_process
 # cannot apply another one: an error, never silently ignored.
 _NOT_IN_PROCESS = {
-    "timeout": (None, "a function running in the kernel's own thread cannot be stopped from outside"),
-    "start_method": ("auto", "nothing is started"),
+    "timeout": ((None,), "a function running in the kernel's own thread cannot be stopped from outside"),
+    "start_method": (("auto",), "nothing is started"),
     "num_nodes": ((None, 1), "one process is one machine"),
     "node_rank": ((None, 0), "one process is one machine"),
-    "master_addr": (None, "there is no rendezvous"),
-    "master_port": (None, "there is no rendezvous"),
+    "master_addr": ((None,), "there is no rendezvous"),
+    "master_port": ((None,), "there is no rendezvous"),
     "show_ranks": ((None, 0), "output goes straight to the cell"),
-    "quiet": (False, "output goes straight to the cell"),
-    "view": (False, "there are no workers to show"),
-    "observers": ((), "no launch events are sent"),
-    "poll_hooks": ((), "the cell is busy running the function"),
+    "quiet": ((False,), "output goes straight to the cell"),
+    "view": ((False, None), "there are no workers to show"),
+    "observers": (((),), "no launch events are sent"),
+    "poll_hooks": (((),), "the cell is busy running the function"),
 }
 
 
 def _reject_for_in_process(options: dict[str, Any]) -> None:
-    for name, (unset, why) in _NOT_IN_PROCESS.items():
+    for name, (allowed, why) in _NOT_IN_PROCESS.items():
         value = options[name]
-        allowed = unset if isinstance(unset, tuple) else (unset,)
-        if isinstance(value, (list, tuple)) and not value and () in allowed:
-            continue
+        if isinstance(value, (list, tuple)) and not value:
+            continue  # no observers / hooks given
         if value not in allowed:
             raise ConfigError(
                 f"in_process=True runs fn in this process, so {name}={value!r} cannot be applied ({why}). "
