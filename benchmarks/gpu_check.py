@@ -13,7 +13,8 @@ backend allows; NCCL refuses two ranks on one GPU, and that refusal is reported 
    the loss after N steps, steps/s; on a GPU below compute capability 8.9 the HardwareError text.
 
 Every section prints its figures (final loss, steps/s, peak CUDA memory) or its error, then the
-next one runs. Paste the output into the issue note.
+next one runs. Before them, benchmarks/gpu_paths.py checks the GPU paths that the suite covers on
+CPU only by their mechanism (one PASS/FAIL line each). Paste the output into the issue note.
 """
 
 from __future__ import annotations
@@ -157,6 +158,13 @@ def main() -> None:
     from notebook_launcher.runtime.fp8 import fp8_linear_names
 
     print("fp8 would convert:", fp8_linear_names(build_model(**{**sizes, "layers": 1})))
+    if not args.dry_run_cpu:
+        from gpu_paths import run_all as check_gpu_paths  # benchmarks/gpu_paths.py, beside this file
+
+        print(
+            "GPU paths (results on CPU, spawn payloads, driver hazard, gpu_ids, MULTI_CPU, FSDP, DeepSpeed fp16):"
+        )
+        check_gpu_paths()
     for name, options in SECTIONS:
         for processes in (1, 2):
             try:
