@@ -261,8 +261,8 @@ def make_specs(
 
     world = nproc * config.num_machines
     # The workers join the store this launcher hosts, as torchrun's workers join their agent's. torch
-    # 2.4-2.5 build the store's key prefix from TORCHELASTIC_RESTART_COUNT and fail without it; a
-    # launch here is attempt 0 (no restarts).
+    # 2.4 (checked; 2.6 no longer) builds the store's key prefix from TORCHELASTIC_RESTART_COUNT and
+    # fails without it (KeyError); a launch here is attempt 0 (no restarts).
     extra_env = {
         "TORCHELASTIC_USE_AGENT_STORE": "True",
         "TORCHELASTIC_RESTART_COUNT": "0",
