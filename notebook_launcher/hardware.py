@@ -93,6 +93,10 @@ def cuda_device_count() -> int:
 
     if not torch.backends.cuda.is_built():
         return 0
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")  # what torch's NVML count loads first
+    except OSError:
+        return 0  # no NVIDIA driver on this machine (e.g. a CUDA build of torch on a CPU machine)
     nvml_count = getattr(torch.cuda, "_device_count_nvml", None)
     if nvml_count is None:  # a torch without the NVML helper: let the child process count
         return -1
