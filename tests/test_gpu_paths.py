@@ -241,16 +241,16 @@ def test_the_cli_keeps_multi_cpu_and_refuses_no_with_several_processes():
         fill_detected(LaunchConfig(distributed_type="NO", num_processes=2), gpus)
 
 
-def test_the_cli_lets_num_processes_beat_a_config_files_no(tmp_path, capsys):
+def test_the_cli_lets_num_processes_beat_a_config_files_no(tmp_path):
     from notebook_launcher.cli.flags import launch_parser
     from notebook_launcher.cli.resolve import resolve_launch_config
 
     path = tmp_path / "c.yaml"
     path.write_text("num_processes: 1\ndistributed_type: 'NO'\nuse_cpu: true\n")  # as `config default` writes
     args = launch_parser().parse_args(["--config_file", str(path), "--num_processes", "2", "s.py"])
-    config, _ = resolve_launch_config(args, hardware=four_gpus())
+    config, source = resolve_launch_config(args, hardware=four_gpus())
     assert (config.num_processes, config.distributed_type) == (2, "MULTI_CPU")
-    assert "--num_processes 2 overrides the config file's distributed_type NO" in capsys.readouterr().err
+    assert any("--num_processes 2 overrides the config file's distributed_type NO" in n for n in source.notes)
     path.write_text("num_processes: 2\ndistributed_type: 'NO'\n")  # one file contradicting itself
     with pytest.raises(ConfigError, match="distributed_type=NO runs a single process"):
         resolve_launch_config(
