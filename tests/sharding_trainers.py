@@ -92,8 +92,12 @@ def train_transformer(
 
     pretend_machines=2 makes this worker believe its 2 processes sit on 2 machines (one each), so
     HYBRID_SHARD builds a (2, 1) mesh: replicate across the "machines", shard within each."""
-    if pretend_machines > 1:
-        os.environ["LOCAL_WORLD_SIZE"] = str(int(os.environ["WORLD_SIZE"]) // pretend_machines)
+    if pretend_machines > 1:  # a consistent world: each "machine" numbers its processes from 0
+        per_machine = int(os.environ["WORLD_SIZE"]) // pretend_machines
+        rank = int(os.environ["RANK"])
+        os.environ["LOCAL_WORLD_SIZE"] = str(per_machine)
+        os.environ["LOCAL_RANK"] = str(rank % per_machine)
+        os.environ["GROUP_RANK"] = str(rank // per_machine)
     set_seed(7)
     acc = Accelerator(gradient_accumulation_steps=accumulation)
     model = transformer_model()
