@@ -1,0 +1,135 @@
+"""Training functions and custom trackers the tracker tests launch (importable, so spawn finds them)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+from trainers import regression_data, regression_model
+
+from notebook_launcher import Accelerator
+from notebook_launcher.runtime.trackers import GeneralTracker, on_main_process
+
+
+class RecordingTracker(GeneralTracker):
+    """A custom tracker as a user writes one: undecorated methods, so only the Accelerator's gating
+    decides where they run. Every call lands in calls_rank{RANK}.jsonl."""
+
+    name = "recorder"
+    requires_logging_directory = False
+
+    def __init__(self, folder: str) -> None:
+        super().__init__()
+        self.folder = folder
+        self.run = {"opened": True}
+
+    @property
+    def tracker(self) -> dict:
+        return self.run
+
+    def _record(self, call: str, **data) -> None:
+        path = Path(self.folder) / f"calls_rank{os.environ.get('RANK', '0')}.jsonl"
+        with open(path, "a") as f:
+            f.write(json.dumps({"call": call, **data}) + "\n")
+
+    def start(self) -> None:
+        self._record("start")
+
+    def store_init_configuration(self, values: dict) -> None:
+        self._record("config", values=values)
+
+    def log(self, values: dict, step: int | None = None, **kwargs) -> None:
+        self._record("log", values=values, step=step, kwargs=kwargs)
+
+    def finish(self) -> None:
+        self._record("finish")
+
+
+class MainOnlyTracker(RecordingTracker):
+    """Decorated like Accelerate's built-ins: main_process_only=True keeps calls on rank 0."""
+
+    name = "main_only"
+
+    @on_main_process
+    def log(self, values: dict, step: int | None = None, **kwargs) -> None:
+        self._record("main_only_log", step=step)
+
+
+class EveryRankTracker(RecordingTracker):
+    """main_process_only=False (as W&B, Trackio, SwanLab): decorated methods run on every rank."""
+
+    name = "every_rank"
+    main_process_only = False
+
+    @on_main_process
+    def log(self, values: dict, step: int | None = None, **kwargs) -> None:
+        self._record("every_rank_log", step=step)
+
+
+def train_and_track(
+    folder: str,
+    log_with: list,
+    steps: range,
+    resume: bool = False,
+    load_before_init: bool = False,
+) -> dict:
+    """Train the regression model for `steps`, logging the loss of each step to `log_with` (names
+    plus a RecordingTracker); save a checkpoint at the end; with `resume`, load it first (after
+    init_trackers, as Accelerate's examples do, or before when `load_before_init`)."""
+    recorder = RecordingTracker(folder)
+    acc = Accelerator(log_with=[*log_with, recorder], project_dir=folder)
+    model = regression_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    loader = DataLoader(regression_data(), batch_size=8)
+    model, opt, loader = acc.prepare(model, opt, loader)
+    checkpoint = os.path.join(folder, "ckpt")
+    if resume and load_before_init:
+        acc.load_state(checkpoint)
+    acc.init_trackers("proj", config={"lr": 0.05, "batch_size": 8})
+    if resume and not load_before_init:
+        acc.load_state(checkpoint)
+    batches = iter(loader)
+    losses = []
+    for step in steps:
+        x, y = next(batches)
+        loss = nn.functional.mse_loss(model(x), y)
+        acc.backward(loss)
+        opt.step()
+        opt.zero_grad()
+        acc.log({"loss": loss}, step=step)  # a tensor, as in Accelerate's examples
+        losses.append(loss.item())
+    MainOnlyTracker(folder).log({}, step=0)  # direct calls on every rank: the decorator decides
+    EveryRankTracker(folder).log({}, step=0)
+    acc.save_state(checkpoint)
+    unwrapped = {name: type(acc.get_tracker(name, unwrap=True)).__name__ for name in log_with}
+    acc.end_training()
+    return {"pid": os.getpid(), "losses": losses, "unwrapped": unwrapped}
+
+
+def log_to(
+    log_with: list,
+    folder: str,
+    steps: range,
+    resume: bool = False,
+    load_before_init: bool = False,
+    init_kwargs: dict | None = None,
+) -> dict:
+    """No model: open trackers, log 1/(step+1) per step, save a checkpoint, finish; with `resume`,
+    load that checkpoint first (after init_trackers, or before it with `load_before_init`)."""
+    acc = Accelerator(log_with=log_with, project_dir=folder)
+    checkpoint = os.path.join(folder, "ckpt")
+    if resume and load_before_init:
+        acc.load_state(checkpoint)
+    acc.init_trackers("proj", config={"lr": 0.05}, init_kwargs=init_kwargs or {})
+    if resume and not load_before_init:
+        acc.load_state(checkpoint)
+    for step in steps:
+        acc.log({"loss": 1.0 / (step + 1)}, step=step)
+    runs = {t.name: t.run_state() for t in acc.trackers}
+    acc.save_state(checkpoint)
+    acc.end_training()
+    return {"pid": os.getpid(), "runs": runs}
