@@ -77,7 +77,7 @@ def tracked(tmp_path_factory):
 
 def test_tensorboard_events_hold_rank_0s_losses_and_only_rank_0_wrote(tracked):
     losses = tracked.first[0]["losses"]
-    assert tracked.after_first.tensorboard == dict(zip(range(4), _f32(losses)))
+    assert tracked.after_first.tensorboard == dict(zip(range(4), _f32(losses), strict=True))
     assert tracked.first[1]["losses"] != losses  # rank 1 saw other batches: its values would show
     pids = event_file_pids(tracked.folder / "proj")
     assert pids == {tracked.first[0]["pid"], tracked.second[0]["pid"]}  # rank 1 never wrote a file
@@ -137,19 +137,19 @@ def test_a_resumed_training_continues_the_same_tracker_runs(tracked):
     losses = tracked.first[0]["losses"] + tracked.second[0]["losses"]
     steps = list(range(8))
     # TensorBoard: one run folder, all eight steps
-    assert tensorboard_scalars(tracked.folder / "proj", "loss") == dict(zip(steps, _f32(losses)))
+    assert tensorboard_scalars(tracked.folder / "proj", "loss") == dict(zip(steps, _f32(losses), strict=True))
     # MLflow: one live run with the whole history; the run init_trackers opened before load_state
     # logged nothing and was deleted
     runs = _mlflow_runs(tracked.folder)
     live = [(run, history) for run, history in runs if run.info.lifecycle_stage == "active"]
     assert [run.info.run_id for run, _ in live] == [tracked.after_first.mlflow[0][0].info.run_id]
-    assert live[0][1] == {"loss": list(zip(steps, losses))}
+    assert live[0][1] == {"loss": list(zip(steps, losses, strict=True))}
     assert [history for run, history in runs if run.info.lifecycle_stage == "deleted"] == [{}]
     # W&B offline: the first folder and the resumed one share the run id; no other run is left
     wandb_runs = _wandb_runs(tracked.folder)
     assert {run["id"] for run in wandb_runs} == {tracked.after_first.wandb[0]["id"]}
     rows = [(row["_step"], row["loss"]) for run in wandb_runs for row in run["history"]]
-    assert sorted(rows) == list(zip(steps, losses))
+    assert sorted(rows) == list(zip(steps, losses, strict=True))
     assert all(run["config"]["lr"] == 0.05 for run in wandb_runs)  # the resumed part has it too
 
 

@@ -5,6 +5,7 @@ A resumed run reopens the saved run hash (`Run(run_hash=...)`), so its sequences
 
 from __future__ import annotations
 
+import gc
 import os
 from typing import Any
 
@@ -75,7 +76,9 @@ class AimTracker(ResumableTracker):
     def _close_fresh_run(self, discard: bool) -> None:
         fresh = self.writer.hash
         self.writer.close()
+        self.writer = None
         if discard:
             from aim import Repo
 
+            gc.collect()  # the run's storage is released when the Run object goes, not at close()
             Repo.from_path(str(self.aim_repo_path)).delete_run(fresh)
