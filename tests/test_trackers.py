@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from tracker_readers import event_file_pids, mlflow_runs, tensorboard_scalars, wandb_offline_run
-from tracker_trainers import log_to, train_and_track
+from tracker_trainers import crash_and_resume, log_to, train_and_track
 
 from notebook_launcher import notebook_launch
 
@@ -167,3 +167,11 @@ def test_load_state_before_init_trackers_opens_no_new_run(tmp_path):
     assert tensorboard_scalars(tmp_path / "proj", "loss") == dict(
         (s, float(np.float32(1.0 / (s + 1)))) for s in range(5)
     )
+
+
+def test_tensorboard_hides_what_a_crash_logged_after_the_checkpoint(tmp_path):
+    """Steps 4-5 were logged after the checkpoint at step 3, then lost; the resumed run logs 4-7
+    again, and TensorBoard (purge_step) shows the resumed values only, as one run."""
+    _launch(crash_and_resume, str(tmp_path))
+    scalars = tensorboard_scalars(tmp_path / "proj", "loss")
+    assert scalars == {s: float(np.float32(1.0 / (s + 1))) for s in range(8)}

@@ -117,9 +117,12 @@ def log_to(
     resume: bool = False,
     load_before_init: bool = False,
     init_kwargs: dict | None = None,
+    crash_after: int | None = None,
 ) -> dict:
     """No model: open trackers, log 1/(step+1) per step, save a checkpoint, finish; with `resume`,
-    load that checkpoint first (after init_trackers, or before it with `load_before_init`)."""
+    load that checkpoint first (after init_trackers, or before it with `load_before_init`). With
+    `crash_after`, the checkpoint is taken at that step and later steps are what a crash loses
+    (logged as 100 + 1/(step+1), so they show if they survive)."""
     acc = Accelerator(log_with=log_with, project_dir=folder)
     checkpoint = os.path.join(folder, "ckpt")
     if resume and load_before_init:
@@ -127,10 +130,13 @@ def log_to(
     acc.init_trackers("proj", config={"lr": 0.05}, init_kwargs=init_kwargs or {})
     if resume and not load_before_init:
         acc.load_state(checkpoint)
+    runs = {}
     for step in steps:
-        acc.log({"loss": 1.0 / (step + 1)}, step=step)
-    runs = {t.name: t.run_state() for t in acc.trackers}
-    acc.save_state(checkpoint)
+        lost = crash_after is not None and step > crash_after
+        acc.log({"loss": 1.0 / (step + 1) + (100 if lost else 0)}, step=step)
+        if step == (steps[-1] if crash_after is None else crash_after):
+            runs = {t.name: t.run_state() for t in acc.trackers}
+            acc.save_state(checkpoint)
     acc.end_training()
     return {"pid": os.getpid(), "runs": runs}
 
@@ -153,4 +159,12 @@ def two_sessions(first: list, second: list, once: list, folder: str) -> dict:
         "second": log_to(second, folder, range(3, 5), resume=True, init_kwargs=init_kwargs),
         # last: once a ClearML task has run, a later Aim run silently ended this process (seen here)
         "once": log_to(once, folder, range(0, 3)) if once else {"runs": {}},
+    }
+
+
+def crash_and_resume(folder: str) -> dict:
+    """Log steps 0-5 but checkpoint at 3 (4 and 5 are lost in a crash); resume and log 4-7."""
+    return {
+        "crashed": log_to(["tensorboard"], folder, range(0, 6), crash_after=3),
+        "resumed": log_to(["tensorboard"], folder, range(4, 8), resume=True),
     }
