@@ -77,7 +77,7 @@ def tracked(tmp_path_factory):
 
 def test_tensorboard_events_hold_rank_0s_losses_and_only_rank_0_wrote(tracked):
     losses = tracked.first[0]["losses"]
-    assert tracked.after_first.tensorboard == dict(zip(range(4), _f32(losses), strict=True))
+    assert tracked.after_first.tensorboard == list(zip(range(4), _f32(losses), strict=True))
     assert tracked.first[1]["losses"] != losses  # rank 1 saw other batches: its values would show
     pids = event_file_pids(tracked.folder / "proj")
     assert pids == {tracked.first[0]["pid"], tracked.second[0]["pid"]}  # rank 1 never wrote a file
@@ -137,7 +137,7 @@ def test_a_resumed_training_continues_the_same_tracker_runs(tracked):
     losses = tracked.first[0]["losses"] + tracked.second[0]["losses"]
     steps = list(range(8))
     # TensorBoard: one run folder, all eight steps
-    assert tensorboard_scalars(tracked.folder / "proj", "loss") == dict(zip(steps, _f32(losses), strict=True))
+    assert tensorboard_scalars(tracked.folder / "proj", "loss") == list(zip(steps, _f32(losses), strict=True))
     # MLflow: one live run with the whole history; the run init_trackers opened before load_state
     # logged nothing and was deleted
     runs = _mlflow_runs(tracked.folder)
@@ -164,9 +164,9 @@ def test_load_state_before_init_trackers_opens_no_new_run(tmp_path):
     assert history == {"loss": [(s, 1.0 / (s + 1)) for s in range(5)]}
     wandb_runs = _wandb_runs(tmp_path)
     assert len(wandb_runs) == 2 and {r["id"] for r in wandb_runs} == {first[0]["runs"]["wandb"]["id"]}
-    assert tensorboard_scalars(tmp_path / "proj", "loss") == dict(
+    assert tensorboard_scalars(tmp_path / "proj", "loss") == [
         (s, float(np.float32(1.0 / (s + 1)))) for s in range(5)
-    )
+    ]
 
 
 def test_tensorboard_hides_what_a_crash_logged_after_the_checkpoint(tmp_path):
@@ -174,4 +174,4 @@ def test_tensorboard_hides_what_a_crash_logged_after_the_checkpoint(tmp_path):
     again, and TensorBoard (purge_step) shows the resumed values only, as one run."""
     _launch(crash_and_resume, str(tmp_path))
     scalars = tensorboard_scalars(tmp_path / "proj", "loss")
-    assert scalars == {s: float(np.float32(1.0 / (s + 1))) for s in range(8)}
+    assert scalars == [(s, float(np.float32(1.0 / (s + 1)))) for s in range(8)]

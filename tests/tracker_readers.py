@@ -7,13 +7,14 @@ import struct
 from pathlib import Path
 
 
-def tensorboard_scalars(run_dir: Path, tag: str) -> dict[int, float]:
-    """step -> value of one scalar, as TensorBoard shows the run folder (purged steps hidden)."""
+def tensorboard_scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
+    """(step, value) of one scalar in order, as TensorBoard shows the run folder: a step logged
+    twice shows twice, unless a later writer's purge_step hid the first."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(run_dir))
     acc.Reload()
-    return {event.step: event.value for event in acc.Scalars(tag)}
+    return [(event.step, event.value) for event in acc.Scalars(tag)]
 
 
 def event_file_pids(run_dir: Path) -> set[int]:
