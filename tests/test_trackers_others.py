@@ -1,7 +1,8 @@
 """The other trackers Accelerate ships, where they run offline here (issue 12, Trackers): Trackio
-(local SQLite), Comet (offline archives), Aim (local repository) and ClearML (offline session), on 2
-real processes, read back with each tool's reader or offline format; resumed runs continue (Trackio,
-Comet, Aim). A tracker whose package is not installed is skipped, with the reason."""
+(local SQLite), Comet (offline archives), Aim (local repository), ClearML (offline session), and,
+when installed (not in the test extra: DVCLive pulls in DVC, SwanLab needs protobuf < 7), DVCLive
+and SwanLab (offline), on 2 real processes, read back with each tool's reader or offline format;
+resumed runs continue (all but ClearML). A tracker whose package is missing is skipped, saying so."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from notebook_launcher.runtime.trackers import is_tracker_available
 
 pytestmark = pytest.mark.slow  # ClearML's offline close alone takes ~10 s here
 
-OTHERS = [name for name in ("trackio", "comet_ml", "aim", "clearml") if is_tracker_available(name)]
+CANDIDATES = ("trackio", "comet_ml", "aim", "dvclive", "swanlab", "clearml")
+OTHERS = [name for name in CANDIDATES if is_tracker_available(name)]
 RESUMABLE = [name for name in OTHERS if name != "clearml"]  # ClearML continues tasks its own way
 ONCE = [name for name in OTHERS if name == "clearml"]
 LOSSES = [(step, 1.0 / (step + 1)) for step in range(5)]
@@ -47,7 +49,7 @@ def others(tmp_path_factory):
     """One launch: log steps 0-2 and save; a new Accelerator loads that checkpoint and logs 3-4;
     then ClearML alone, steps 0-2."""
     if not OTHERS:
-        pytest.skip("none of trackio, comet_ml, aim, clearml is installed")
+        pytest.skip(f"none of {', '.join(CANDIDATES)} is installed")
     folder = tmp_path_factory.mktemp("others")
     with pytest.MonkeyPatch.context() as mp:
         for key, value in _env(folder).items():
@@ -125,3 +127,19 @@ def test_clearml_offline_session_holds_the_scalars(others):
 def test_only_the_main_process_wrote(others):
     """Every tracker file above comes from rank 0: rank 1 opened no run."""
     assert others.first[1]["runs"] == others.second[1]["runs"] == others.once[1]["runs"] == {}
+
+
+def test_dvclive_files_hold_the_history_and_continue(others):
+    _need("dvclive")
+    rows = (others.folder / "dvclive" / "plots" / "metrics" / "loss.tsv").read_text().split()
+    assert rows[:2] == ["step", "loss"]
+    assert [(int(rows[i]), float(rows[i + 1])) for i in range(2, len(rows), 2)] == LOSSES
+    assert "lr: 0.05" in (others.folder / "dvclive" / "params.yaml").read_text()
+
+
+def test_swanlab_offline_run_continues_with_the_same_id(others):
+    _need("swanlab")
+    run_id = others.first[0]["runs"]["swanlab"]["id"]
+    folders = sorted((others.folder / "swanlog").glob("run-*"))
+    assert len(folders) == 2 and all(f.name.endswith(run_id) for f in folders)  # no fresh run left
+    assert all("lr:" in (f / "files" / "config.yaml").read_text() for f in folders)

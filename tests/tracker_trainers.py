@@ -145,7 +145,13 @@ def two_sessions(first: list, second: list, once: list, folder: str) -> dict:
     """`log_to` twice in one process (the second resumes from the first's checkpoint), then once for
     `once`: the libraries are imported once, which is most of their cost. Comet is told to log only
     what it is given."""
-    init_kwargs = {"trackio": {"auto_log_cpu": False, "auto_log_gpu": False}}
+    init_kwargs = {
+        "trackio": {"auto_log_cpu": False, "auto_log_gpu": False},
+        "swanlab": {"mode": "offline", "log_dir": os.path.join(folder, "swanlog")},
+        "dvclive": {"dir": os.path.join(folder, "dvclive"), "save_dvc_exp": False},
+        # Aim and SwanLab both wrap sys.stdout; in one process Aim's wrapper then recursed forever
+        "aim": {"capture_terminal_logs": False, "system_tracking_interval": None},
+    }
     if "comet_ml" in first:
         import comet_ml
 

@@ -1,10 +1,12 @@
 """SwanLab: `swanlab.init(project=run_name, **init_kwargs)`; mode="local"/"offline" needs no account.
 
-A resumed run passes the saved `id=` with `resume="allow"`.
+A resumed run passes the saved `id=` with `resume="allow"`; an offline run opened by `init_trackers`
+before `load_state` that logged nothing is removed (its folder), as for W&B.
 """
 
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
 from .base import ResumableTracker, on_main_process
@@ -21,6 +23,7 @@ class SwanLabTracker(ResumableTracker):
         super().__init__()
         self.run_name = run_name
         self.init_kwargs = kwargs
+        self._config: dict = {}
 
     @on_main_process
     def start(self) -> None:
@@ -32,6 +35,8 @@ class SwanLabTracker(ResumableTracker):
             kwargs.setdefault("resume", "allow")
         self.run = swanlab.init(project=self.run_name, **kwargs)
         swanlab.config["FRAMEWORK"] = "🤗Accelerate"  # as Accelerate does: SwanLab shows its logo
+        if self._resume and self._config:  # switched from a fresh run: the config moves along
+            swanlab.config.update(self._config, allow_val_change=True)
         self._started = True
 
     @property
@@ -43,6 +48,7 @@ class SwanLabTracker(ResumableTracker):
         import swanlab
 
         swanlab.config.update(values, allow_val_change=True)
+        self._config.update(values)
 
     @on_main_process
     def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
@@ -65,4 +71,7 @@ class SwanLabTracker(ResumableTracker):
         return {"id": run_id} if run_id else None
 
     def _close_fresh_run(self, discard: bool) -> None:
-        self.run.finish()
+        run = self.run
+        run.finish()
+        if discard and getattr(run, "mode", None) == "offline":
+            shutil.rmtree(run.dir, ignore_errors=True)  # never synced: nothing else knows it
