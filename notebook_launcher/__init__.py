@@ -26,6 +26,8 @@ _LAZY = {
     "Accelerator": "notebook_launcher.runtime",
     "DistributedType": "notebook_launcher.config.enums",
     "PrecisionType": "notebook_launcher.config.enums",
+    "LoggerType": "notebook_launcher.config.enums",
+    "GeneralTracker": "notebook_launcher.runtime.trackers",
     "DistributedDataParallelKwargs": "notebook_launcher.runtime",
     "GradScalerKwargs": "notebook_launcher.runtime",
     "AutocastKwargs": "notebook_launcher.runtime",

@@ -234,7 +234,7 @@ def test_save_model_writes_unwrapped_weights(tmp_path):
         (lambda: Accelerator(mixed_precision="fp7"), ConfigError, "mixed_precision='fp7'"),
         (lambda: Accelerator(gradient_accumulation_steps=0), ConfigError, "gradient_accumulation_steps=0"),
         (lambda: Accelerator(mixed_precision="fp8"), Exception, "compute capability 8.9"),
-        (lambda: Accelerator(log_with="wandb"), AcceleratorError, "log_with='wandb'"),
+        (lambda: Accelerator(log_with="wandbb"), ConfigError, "log_with='wandbb' is not a tracker"),
     ],
 )
 def test_bad_constructor_arguments_name_the_value(make, error, text):

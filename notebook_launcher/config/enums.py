@@ -1,4 +1,5 @@
-"""Accelerate's enums (same names, same values): how a run is distributed and in which precision.
+"""Accelerate's enums (same names, same values): how a run is distributed, in which precision, and
+which experiment trackers it logs to.
 
 String enums, so `DistributedType.MULTI_CPU == "MULTI_CPU"` and config files hold plain strings.
 The config's allowed values are read from here, so the two can never disagree.
@@ -6,7 +7,7 @@ The config's allowed values are read from here, so the two can never disagree.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import Enum, EnumMeta
 
 
 class _StrEnum(str, Enum):
@@ -31,3 +32,33 @@ class PrecisionType(_StrEnum):
     FP16 = "fp16"
     BF16 = "bf16"
     FP8 = "fp8"
+
+
+class _ContainsByValue(EnumMeta):
+    """`"wandb" in LoggerType` is True, as with Accelerate's enums (plain Enum would raise TypeError)."""
+
+    def __contains__(cls, item: object) -> bool:
+        try:
+            cls(item)
+        except ValueError:
+            return False
+        return True
+
+
+class LoggerType(_StrEnum, metaclass=_ContainsByValue):
+    """The experiment trackers `Accelerator(log_with=...)` knows by name; ALL = every installed one."""
+
+    ALL = "all"
+    AIM = "aim"
+    TENSORBOARD = "tensorboard"
+    WANDB = "wandb"
+    TRACKIO = "trackio"
+    COMETML = "comet_ml"
+    MLFLOW = "mlflow"
+    CLEARML = "clearml"
+    DVCLIVE = "dvclive"
+    SWANLAB = "swanlab"
+
+    @classmethod
+    def list(cls) -> list[str]:
+        return [member.value for member in cls]

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 from ..config import LaunchConfig, config_from_env
 from ..config.enums import DistributedType
 from ..errors import AcceleratorError, ConfigError
-from . import ops, telemetry
+from . import ops
 from .data import DataLoaderShard, GradientState
 from .kwargs import (
     AutocastKwargs,
@@ -33,10 +33,11 @@ from .saving_api import SavingAPI
 from .seed import set_seed
 from .state import get_state
 from .strategies import strategy_class
+from .tracking_api import TrackingAPI
 from .wrappers import AcceleratedOptimizer, AcceleratedScheduler
 
 
-class Accelerator(SavingAPI, ProcessAPI):
+class Accelerator(TrackingAPI, SavingAPI, ProcessAPI):
     """Prepare model/optimizer/data for the launch's strategy and precision; same API as Accelerate."""
 
     def __init__(
@@ -55,11 +56,6 @@ class Accelerator(SavingAPI, ProcessAPI):
         dataloader_config: Any = None,
     ) -> None:
         self.config = _resolve_config(mixed_precision, gradient_accumulation_steps, cpu)
-        if log_with not in (None, [], ()):
-            raise AcceleratorError(
-                f"log_with={log_with!r}: external trackers are not supported; accelerator.log() sends metrics "
-                "to the notebook (RunView, result.metrics) without any tracker."
-            )
         handlers = _index_handlers(kwargs_handlers or [])
         pg = handlers.get(InitProcessGroupKwargs)
         self.state = get_state(self.config, cpu=cpu, **(pg.to_kwargs() if pg else {}))
@@ -73,6 +69,7 @@ class Accelerator(SavingAPI, ProcessAPI):
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
         self.project_dir = str(project_dir) if project_dir is not None else None
         self.save_iteration = 0
+        self._init_tracking(log_with)
         self.gradient_state = GradientState(num_steps=self.config.gradient_accumulation_steps)
         self._step = 0
         scaler = handlers.get(GradScalerKwargs)
@@ -301,20 +298,6 @@ class Accelerator(SavingAPI, ProcessAPI):
         if isinstance(data, list) and not tensors_only:
             return data[:keep]
         return ops.recursively_apply(lambda t: t[:keep], data)
-
-    def log(self, values: dict[str, Any], step: int | None = None, log_kwargs: dict | None = None) -> None:
-        """Send metrics to the notebook (live chart, result.metrics); cheap, no collective."""
-        if not telemetry.has_sink():
-            return
-        clean = {
-            k: (v.item() if isinstance(v, torch.Tensor) and v.numel() == 1 else v) for k, v in values.items()
-        }
-        telemetry.emit("metric", step=step, values=clean)
-
-    def init_trackers(
-        self, project_name: str, config: dict | None = None, init_kwargs: dict | None = None
-    ) -> None:
-        """Accepted for Accelerate compatibility; metrics go to the notebook through log()."""
 
 
 def _resolve_config(mixed_precision: str | None, accumulation: int | None, cpu: bool) -> LaunchConfig:

@@ -1,7 +1,8 @@
 """save_state / load_state: everything a run needs to continue exactly, written atomically.
 
 A checkpoint is a folder: model_{i}.bin, optimizer_{i}.bin, scheduler_{i}.bin, scaler.pt,
-dataloader_{i}.json, custom_checkpoint_{i}.pkl and random_states_{rank}.pkl. It is written into a
+dataloader_{i}.json, custom_checkpoint_{i}.pkl, random_states_{rank}.pkl, and trackers.json (which
+tracker runs were open, when there were any) so a resumed run continues them. It is written into a
 hidden sibling folder and renamed into place only when every rank has finished, so a crash never
 leaves a half-written checkpoint under the real name.
 """
@@ -23,6 +24,7 @@ import torch
 from ..errors import AcceleratorError
 
 _SCALER = "scaler.pt"
+_TRACKERS = "trackers.json"
 
 
 @dataclass
@@ -36,6 +38,7 @@ class TrainingObjects:
     dataloaders: list = field(default_factory=list)
     custom_objects: list = field(default_factory=list)
     scaler: Any = None
+    tracker_runs: dict = field(default_factory=dict)  # tracker name -> its run_state()
 
 
 @dataclass
@@ -94,6 +97,8 @@ def save_state(objects: TrainingObjects, ranks: Ranks, output_dir: str | os.Path
         for i, obj in enumerate(objects.custom_objects):
             with open(partial / _name("custom_checkpoint", i, "pkl"), "wb") as f:
                 pickle.dump(obj.state_dict(), f)
+        if objects.tracker_runs:
+            (partial / _TRACKERS).write_text(json.dumps(objects.tracker_runs, indent=1))
     for i, loader in enumerate(objects.dataloaders):
         if ranks.is_main or strategy.saves_on_every_rank:
             (partial / _name("dataloader", i, "json")).write_text(json.dumps(loader.state_dict()))
@@ -141,6 +146,12 @@ def load_state(objects: TrainingObjects, ranks: Ranks, input_dir: str | os.PathL
         with open(rng_file, "rb") as f:
             restore_rng_state(pickle.load(f))
     ranks.wait_for_everyone()
+
+
+def read_tracker_runs(folder: Path) -> dict[str, dict]:
+    """The tracker runs a checkpoint saved ({} for one saved without trackers)."""
+    path = Path(folder).expanduser() / _TRACKERS
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def save_full_model_files(folder: Path, models: list, optimizers: list, strategy: Any, is_main: bool) -> None:

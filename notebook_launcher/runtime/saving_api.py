@@ -89,6 +89,7 @@ class SavingAPI:
             input_dir = existing[-1]
             self.save_iteration = _ckpt_number(input_dir) + 1
         checkpoint.load_state(self._training_objects(), self._ranks(), input_dir)
+        self._continue_tracker_runs(input_dir)
 
     def _training_objects(self) -> checkpoint.TrainingObjects:
         return checkpoint.TrainingObjects(
@@ -99,6 +100,7 @@ class SavingAPI:
             dataloaders=self._dataloaders,
             custom_objects=self._custom_objects,
             scaler=self.precision.scaler,
+            tracker_runs=self._tracker_runs(),
         )
 
     def _ranks(self) -> checkpoint.Ranks:
