@@ -40,6 +40,8 @@ _LAZY = {
     "WorkerError": "notebook_launcher.launch",
     "LaunchTimeout": "notebook_launcher.launch",
     "LaunchStopped": "notebook_launcher.launch",
+    "RayCluster": "notebook_launcher.clusters",
+    "SlurmCluster": "notebook_launcher.clusters",
     "ConfigPanel": "notebook_launcher.widgets",
     "RunView": "notebook_launcher.widgets",
 }

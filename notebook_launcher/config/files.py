@@ -83,6 +83,8 @@ def to_file_dict(config: LaunchConfig) -> dict[str, object]:
         data.pop("fsdp_config")
     if config.distributed_type != "DEEPSPEED":
         data.pop("deepspeed_config")
+    if config.cluster_config.cluster_type == "local":
+        data.pop("cluster_config")
     return data
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError, bad_value, closest
+from .cluster import ClusterConfig
 from .enums import DistributedType, PrecisionType
 from .sections import DeepSpeedConfig, FSDPConfig, check_strategy_sections
 
@@ -55,8 +56,11 @@ class LaunchConfig:
     monitor_interval: float = 0.1
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     deepspeed_config: DeepSpeedConfig = field(default_factory=DeepSpeedConfig)
+    cluster_config: ClusterConfig = field(default_factory=ClusterConfig)
 
     def __post_init__(self) -> None:
+        if isinstance(self.cluster_config, dict):
+            self.cluster_config = _section_from_dict(ClusterConfig, self.cluster_config, "cluster_config")
         if isinstance(self.fsdp_config, dict):
             self.fsdp_config = _section_from_dict(FSDPConfig, self.fsdp_config, "fsdp_config")
         if isinstance(self.deepspeed_config, dict):
@@ -113,6 +117,8 @@ class LaunchConfig:
             raise ConfigError(f"monitor_interval={self.monitor_interval!r} must be > 0 seconds.")
         _coerce_types(self.fsdp_config, "fsdp_config.")
         _coerce_types(self.deepspeed_config, "deepspeed_config.")
+        _coerce_types(self.cluster_config, "cluster_config.")
+        self.cluster_config.validate()
         self.fsdp_config.validate()
         self.deepspeed_config.validate()
         check_strategy_sections(self.distributed_type, self.deepspeed_config, self.num_machines)
@@ -149,7 +155,7 @@ class LaunchConfig:
         for key, value in overrides.items():
             if value is None:
                 continue
-            if key in ("fsdp_config", "deepspeed_config") and isinstance(value, dict):
+            if key in ("fsdp_config", "deepspeed_config", "cluster_config") and isinstance(value, dict):
                 data[key] = {**data[key], **value}
             else:
                 data[key] = value

@@ -28,16 +28,23 @@ def collect_result(supervisor: Supervisor, plan: LaunchPlan) -> LaunchResult:
 
 
 class RunHandle:
-    """A launch running in a background thread: wait(), stop(), done, result."""
+    """A launch running in a background thread: wait(), stop(), done, result.
+
+    `runner(should_stop) -> LaunchResult` runs something else than local workers (a cluster launch).
+    """
 
     def __init__(
         self,
-        plan: LaunchPlan,
+        plan: LaunchPlan | None,
         observers: Sequence[Callable[[Any], None]],
         poll_hooks: Sequence[Callable[[], Any]],
+        runner: Callable[[Callable[[], bool]], LaunchResult] | None = None,
     ):
         self._stop = threading.Event()
-        self._supervisor = Supervisor(plan, observers, poll_hooks, should_stop=self._stop.is_set)
+        self._runner = runner
+        if runner is None:
+            assert plan is not None
+            self._supervisor = Supervisor(plan, observers, poll_hooks, should_stop=self._stop.is_set)
         self._plan = plan
         self._error: BaseException | None = None
         self.result: LaunchResult | None = None
@@ -46,6 +53,9 @@ class RunHandle:
 
     def _run(self) -> None:
         try:
+            if self._runner is not None:
+                self.result = self._runner(self._stop.is_set)
+                return
             self._supervisor.run()
             self.result = collect_result(self._supervisor, self._plan)
         except BaseException as exc:  # noqa: BLE001 - handed to wait()

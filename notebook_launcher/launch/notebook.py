@@ -183,6 +183,7 @@ def notebook_launch(
     observers: Sequence[Callable[[Any], None]] = (),
     poll_hooks: Sequence[Callable[[], Any]] = (),
     in_process: bool = False,
+    cluster: Any = None,
     **config_overrides: Any,
 ) -> LaunchResult:
     """Run `fn(*args, **kwargs)` on `num_processes` worker processes of this machine and return every
@@ -203,9 +204,13 @@ def notebook_launch(
 
     in_process=True (with num_processes=1) runs fn right here, as rank 0 of a world of one: the
     original exception propagates, so `%debug` lands in your frame.
+
+    cluster="ray" / "slurm" (or RayCluster(...) / SlurmCluster(...); default: the config's
+    cluster_config) runs the ranks there instead: num_processes ranks on each of num_nodes nodes,
+    with the same result, output and errors (docs/clusters.md).
     """
     options = dict(locals())
-    if in_process:
+    if in_process and cluster is None:
         _reject_for_in_process(options)
         return _launch_in_process(fn, args, kwargs, num_processes, config, mixed_precision, config_overrides)
     shown = _displayed_view(view)
@@ -213,6 +218,9 @@ def notebook_launch(
         options["observers"] = [*observers, shown]
         poll_hooks = [*poll_hooks, shown.poll]
         options["quiet"] = True
+    remote = _cluster_run(fn, args, kwargs, options, config_overrides, poll_hooks)
+    if remote is not None:
+        return remote.run()
     plan, watchers = _plan_and_watchers(fn, args, kwargs, options, config_overrides)
     supervisor = Supervisor(plan, watchers, poll_hooks)
     supervisor.run()
@@ -246,6 +254,24 @@ def _reject_for_in_process(options: dict[str, Any]) -> None:
                 f"in_process=True runs fn in this process, so {name}={value!r} cannot be applied ({why}). "
                 f"Drop {name}, or drop in_process=True to run in a worker process."
             )
+
+
+def _cluster_run(fn, args, kwargs, options: dict[str, Any], config_overrides, poll_hooks):
+    """The launch on a cluster that cluster= (or the config's cluster_config) asks for; None for
+    this machine. The clusters package is imported only here (the arrow is clusters -> launch)."""
+    if options.get("cluster") is None and not _config_may_name_cluster(options["config"]):
+        return None
+    from ..clusters.launching import cluster_run
+
+    overrides = dict(mixed_precision=options["mixed_precision"], **config_overrides)
+    observers = list(options["observers"])
+    watchers = observers if options["quiet"] else [CellPrinter(options["show_ranks"]), *observers]
+    return cluster_run(fn, args, kwargs, options, overrides, watchers, poll_hooks)
+
+
+def _config_may_name_cluster(config: Any) -> bool:
+    """Whether the config (or the default config file) has a cluster_config other than this machine."""
+    return planning.build_config(config, {}).cluster_config.cluster_type != "local"
 
 
 def _launch_in_process(fn, args, kwargs, num_processes, config, mixed_precision, overrides) -> LaunchResult:
@@ -282,6 +308,7 @@ def start_launch(
     view: Any = False,
     observers: Sequence[Callable[[Any], None]] = (),
     poll_hooks: Sequence[Callable[[], Any]] = (),
+    cluster: Any = None,
     **config_overrides: Any,
 ) -> RunHandle:
     """Like notebook_launch, but returns at once with a RunHandle (wait(), stop(), done, result).
@@ -293,8 +320,12 @@ def start_launch(
     if shown:
         options["observers"] = [*observers, shown]
         options["quiet"] = True
-    plan, watchers = _plan_and_watchers(fn, args, kwargs, options, config_overrides)
-    handle = RunHandle(plan, watchers, poll_hooks)
+    remote = _cluster_run(fn, args, kwargs, options, config_overrides, poll_hooks)
+    if remote is not None:
+        handle = RunHandle(None, (), (), runner=remote.run)
+    else:
+        plan, watchers = _plan_and_watchers(fn, args, kwargs, options, config_overrides)
+        handle = RunHandle(plan, watchers, poll_hooks)
     if shown:
         shown.attach(handle)
     return handle
