@@ -78,6 +78,7 @@ class RayBackend:
         self.ray = _import_ray()
         self.nproc = job.nproc
         if not self.ray.is_initialized():
+            self.kernel_state = _KernelState()  # ray.init sets handlers and variables; close() undoes that
             self.ray.init(
                 address=self.cluster.address, log_to_driver=False, runtime_env=self.cluster.runtime_env
             )
@@ -182,6 +183,35 @@ class RayBackend:
                 pass
         if self.owns_connection:
             self.ray.shutdown()
+            self.kernel_state.restore()
+
+
+class _KernelState:
+    """The signal handlers and environment of the calling process, to put back after ray.shutdown()."""
+
+    SIGNALS = ("SIGINT", "SIGTERM")
+
+    def __init__(self) -> None:
+        import os
+        import signal
+        import threading
+
+        self.environ = dict(os.environ)
+        main = threading.current_thread() is threading.main_thread()
+        self.handlers = (
+            {name: signal.getsignal(getattr(signal, name)) for name in self.SIGNALS} if main else {}
+        )
+
+    def restore(self) -> None:
+        import os
+        import signal
+
+        for key in set(os.environ) - set(self.environ):
+            del os.environ[key]
+        os.environ.update(self.environ)
+        for name, handler in self.handlers.items():
+            if handler is not None and signal.getsignal(getattr(signal, name)) is not handler:
+                signal.signal(getattr(signal, name), handler)
 
 
 def _node_job(job: NodeJob, node: int, addr: str, port: int) -> NodeJob:

@@ -1,0 +1,103 @@
+"""Functions the cluster tests launch (no tests here). They travel to the cluster by value: this
+module is not installed, so the launcher pickles it like a notebook's cells."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+
+def record_pids(folder: str | None) -> None:
+    """Write this worker's pid, its node launcher's pid and that one's parent (the Ray actor or the
+    SLURM task's parent) so a test can check that all are gone afterwards."""
+    if folder is None:
+        return
+    launcher = os.getppid()
+    with open(f"/proc/{launcher}/stat") as handle:
+        agent = int(handle.read().split(") ")[1].split()[1])
+    Path(folder, f"pids-{os.getpid()}").write_text(f"{os.getpid()} {launcher} {agent}")
+
+
+def all_reduce_and_train(seed: int = 0, steps: int = 5, folder: str | None = None):
+    """A world of all ranks: an all-reduce, then a few DDP steps; every rank returns its view."""
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from notebook_launcher import Accelerator
+
+    record_pids(folder)
+    accelerator = Accelerator()
+    total = torch.tensor([float(accelerator.process_index + 1)])
+    dist.all_reduce(total)
+    torch.manual_seed(seed)
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(data, batch_size=8))
+    losses = []
+    for step, (x, y) in enumerate(loader):
+        if step == steps:
+            break
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+        accelerator.log({"loss": loss.item()}, step=step)
+    print(f"rank {accelerator.process_index} of {accelerator.num_processes}: sum {total.item()}", flush=True)
+    weights = accelerator.unwrap_model(model).weight.detach().clone()
+    return {
+        "rank": accelerator.process_index,
+        "world": accelerator.num_processes,
+        "sum": total.item(),
+        "losses": losses,
+        "weights": weights,
+    }
+
+
+def fail_on_rank_one(folder: str | None = None):
+    from notebook_launcher import Accelerator
+
+    record_pids(folder)
+    accelerator = Accelerator()
+    if accelerator.process_index == 1:
+        raise ValueError("boom on rank one")
+    accelerator.wait_for_everyone()  # rank 0 waits in a collective for the rank that failed
+    return "never"
+
+
+def run_forever(folder: str | None = None):
+    from notebook_launcher import Accelerator
+
+    record_pids(folder)
+    accelerator = Accelerator()
+    print(f"rank {accelerator.process_index} is running", flush=True)
+    while True:
+        time.sleep(0.2)
+
+
+def recorded_pids(folder: str) -> set[int]:
+    pids: set[int] = set()
+    for path in Path(folder).glob("pids-*"):
+        pids.update(int(pid) for pid in path.read_text().split())
+    return pids
+
+
+def alive(pids: set[int], wait: float = 15.0) -> set[int]:
+    """The pids still running after up to `wait` seconds (zombies count as gone)."""
+    deadline = time.monotonic() + wait
+    while True:
+        running = {pid for pid in pids if _running(pid)}
+        if not running or time.monotonic() > deadline:
+            return running
+        time.sleep(0.2)
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
