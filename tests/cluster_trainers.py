@@ -101,3 +101,32 @@ def _running(pid: int) -> bool:
             return handle.read().split(") ")[1][0] != "Z"
     except OSError:
         return False
+
+
+def checkpointed_steps(folder: str, steps: int = 16):
+    """Trains `steps` deterministic SGD steps, saving the full state after each; started again, it
+    resumes from the latest checkpoint (the ordinary Accelerate pattern)."""
+    import torch
+
+    from notebook_launcher import Accelerator
+
+    accelerator = Accelerator(project_dir=folder)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    x, y = torch.linspace(-1, 1, 32).reshape(8, 4), torch.linspace(0, 1, 8).reshape(8, 1)
+    start = 0
+    if list(Path(folder, "checkpoints").glob("checkpoint_*")):
+        accelerator.load_state()  # the latest one
+        start = accelerator.save_iteration
+    for step in range(start, steps):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        accelerator.save_state()
+        accelerator.print(f"step {step + 1} saved", flush=True)
+        time.sleep(0.5)
+    weights = accelerator.unwrap_model(model).weight.detach().clone()
+    return start, os.environ.get("SLURM_RESTART_COUNT", "0"), weights

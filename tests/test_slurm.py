@@ -1,0 +1,138 @@
+"""notebook_launch on the real local SLURM (scripts/slurm/start.sh: munge, slurmctld, slurmd; one
+node, 2 CPUs), submitted with submitit: every rank's value, live output from the job's log files,
+metrics, the same training as a local launch, WorkerError with the failing rank, Stop -> scancel,
+a failing setup line, and preemption -> requeue -> resume from the latest checkpoint."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+import torch
+from cluster_trainers import (
+    alive,
+    all_reduce_and_train,
+    checkpointed_steps,
+    fail_on_rank_one,
+    recorded_pids,
+    run_forever,
+)
+from slurm_support import local_slurm, slurm_jobs
+
+from notebook_launcher import LaunchStopped, SlurmCluster, WorkerError, notebook_launch, start_launch
+from notebook_launcher.clusters.slurm import job_state
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    pytest.importorskip(
+        "submitit", reason="submitit is not installed (pip install submitit; it is in the test extra)"
+    )
+    local_slurm()
+
+
+@pytest.fixture
+def where(slurm, tmp_path):
+    return SlurmCluster(time=10, folder=str(tmp_path / "jobs"), job_name="nl-test")
+
+
+def test_every_rank_returns_and_trains_like_a_local_launch(where, tmp_path, capsys):
+    result = notebook_launch(
+        all_reduce_and_train, kwargs={"folder": str(tmp_path)}, num_processes=2, cluster=where
+    )
+    printed = capsys.readouterr().out
+    local = notebook_launch(all_reduce_and_train, num_processes=2, quiet=True)
+
+    assert [value["rank"] for value in result] == [0, 1]
+    assert all(value["world"] == 2 and value["sum"] == 3.0 for value in result)
+    # Same processes, kernels and reduction order as the local launch: equal bit for bit.
+    assert [value["losses"] for value in result] == [value["losses"] for value in local]
+    assert torch.equal(result[0]["weights"], local[0]["weights"])
+    assert "rank 1 of 2: sum 3.0" in result.logs[1]
+    assert "[rank1] rank 1 of 2: sum 3.0" in printed  # followed from the job's log file, live
+    assert "SLURM job" in printed and "submitted" in printed
+    assert sorted(row["rank"] for row in result.metrics) == [0] * 4 + [1] * 4
+    assert result.start_method == "slurm"
+    log_files = list((tmp_path / "jobs").glob("*/*_0_log.out"))
+    assert log_files and "[rank0] rank 0 of 2" in log_files[0].read_text()
+    assert alive(recorded_pids(str(tmp_path))) == set()
+    assert slurm_jobs("nl-test") == []
+
+
+def test_a_failing_rank_raises_worker_error(where, tmp_path):
+    with pytest.raises(WorkerError) as caught:
+        notebook_launch(
+            fail_on_rank_one, kwargs={"folder": str(tmp_path)}, num_processes=2, cluster=where, quiet=True
+        )
+    error = caught.value
+    assert error.rank == 1 and error.exc_type == "ValueError"
+    assert "boom on rank one" in error.traceback and "fail_on_rank_one" in error.traceback
+    assert alive(recorded_pids(str(tmp_path))) == set()
+
+
+def test_stop_cancels_the_job(where, tmp_path):
+    handle = start_launch(
+        run_forever, kwargs={"folder": str(tmp_path)}, num_processes=2, cluster=where, quiet=True
+    )
+    _wait_for_pids(tmp_path, handle)
+    job = _job_id(tmp_path)
+    handle.stop()
+    with pytest.raises(LaunchStopped):
+        handle.wait(120)
+    assert job_state(job) in (None, "CANCELLED")  # scancel, and the launch waited for SLURM to end it
+    assert alive(recorded_pids(str(tmp_path))) == set()
+
+
+def test_a_setup_line_that_fails_is_reported(slurm, tmp_path):
+    where = SlurmCluster(
+        time=5, folder=str(tmp_path / "jobs"), setup=["echo setting up; exit 3"], job_name="nl-test"
+    )
+    with pytest.raises(WorkerError) as caught:
+        notebook_launch(all_reduce_and_train, num_processes=2, cluster=where, quiet=True)
+    assert caught.value.exc_type == "ClusterNodeError"
+    assert "before node 0 reported" in str(caught.value)
+
+
+def test_preemption_requeues_and_resumes_from_the_latest_checkpoint(where, tmp_path, capsys):
+    """SIGTERM then USR2 to the job, as SLURM sends before preempting it (submitit's own test hook
+    does the same): submitit requeues the launch and the function resumes from its checkpoint."""
+    checkpoints = tmp_path / "run"
+    handle = start_launch(checkpointed_steps, args=(str(checkpoints),), num_processes=2, cluster=where)
+    deadline = time.monotonic() + 180
+    while len(list((checkpoints / "checkpoints").glob("checkpoint_*"))) < 3:
+        assert not handle.done and time.monotonic() < deadline, "no checkpoint was written"
+        time.sleep(0.2)
+    job = _job_id(tmp_path)
+    for sig in ("TERM", "USR2"):
+        subprocess.run(["scancel", f"--signal={sig}", job], check=True)
+    result = handle.wait(300)
+    printed = capsys.readouterr().out
+    reference = notebook_launch(
+        checkpointed_steps, args=(str(tmp_path / "ref"),), num_processes=2, quiet=True
+    )
+
+    started, restarts, weights = result[0]
+    assert restarts == "1" and started >= 3  # the second run began where the checkpoints ended
+    # Each step starts from a saved state and computes the same thing: the resumed run ends with
+    # the weights of an uninterrupted one, bit for bit.
+    assert torch.equal(weights, reference[0][2])
+    assert "requeued by submitit" in printed and "requeue 1" in printed
+    assert slurm_jobs("nl-test") == []
+
+
+def _wait_for_pids(folder, handle=None, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while len(list(folder.glob("pids-*"))) < 2:
+        if handle is not None and handle.done:
+            handle.wait()
+        assert time.monotonic() < deadline, "the ranks did not start"
+        time.sleep(0.2)
+
+
+def _job_id(tmp_path) -> str:
+    folders = [p.name for p in (tmp_path / "jobs").iterdir() if p.is_dir() and p.name.isdigit()]
+    assert len(folders) == 1
+    return folders[0]
