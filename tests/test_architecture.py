@@ -135,3 +135,20 @@ def test_the_checker_sees_a_forbidden_import(tmp_path, monkeypatch):
         "notebook_launcher/runtime/bad.py imports notebook_launcher.launch",
         "notebook_launcher/runtime/bad.py imports notebook_launcher.launch.notebook_launch",
     ]
+
+
+def test_the_launcher_reaches_clusters_only_lazily():
+    """cluster= is the launcher's one way into clusters/ (the arrow is clusters -> launch)."""
+    assert _violations("launch", ("notebook_launcher.clusters",), module_level_only=True) == []
+
+
+def test_clusters_need_no_notebook_cli_or_runtime():
+    """Cluster nodes run the launcher without widgets or IPython; the runtime only inside workers."""
+    forbidden = (
+        "notebook_launcher.widgets",
+        "notebook_launcher.cli",
+        "notebook_launcher.runtime",
+        "IPython",
+        "ipywidgets",
+    )
+    assert _violations("clusters", forbidden) == []

@@ -26,6 +26,7 @@ from .choices import ChoiceButtons
 from .fields import Field, key_of_error, parse_optional_int, text_value
 from .panel_checks import check_combinations, field_of, summary_html, unsupported_precisions
 from .panel_sections import DeepSpeedSection, FSDPSection, MachinesSection, hardware_html
+from .panel_where import WhereSection
 from .run_view import RunView
 
 STRATEGIES = [("auto", None), ("single", "NO"), ("DDP", "DDP"), ("FSDP", "FSDP"), ("DeepSpeed", "DEEPSPEED")]
@@ -82,6 +83,7 @@ class ConfigPanel(widgets.VBox):
         self.fsdp = FSDPSection(model)
         self.deepspeed = DeepSpeedSection()
         self.machines = MachinesSection()
+        self.where = WhereSection()
         self.main_fields = [
             self.strategy,
             self.precision,
@@ -92,7 +94,11 @@ class ConfigPanel(widgets.VBox):
         ]
         self.fields = {
             f.key: f
-            for f in self.main_fields + self.fsdp.fields + self.deepspeed.fields + self.machines.fields
+            for f in self.main_fields
+            + self.fsdp.fields
+            + self.deepspeed.fields
+            + self.machines.fields
+            + self.where.fields
         }
 
         self.summary = widgets.HTML()
@@ -125,6 +131,7 @@ class ConfigPanel(widgets.VBox):
                 *[f.box for f in self.main_fields],
                 self.fsdp.box,
                 self.deepspeed.box,
+                self.where.box,
                 self.machines.box,
                 self.summary,
                 widgets.HBox(
@@ -174,6 +181,7 @@ class ConfigPanel(widgets.VBox):
             load_warnings += self.fsdp.load(config)
             self.deepspeed.load(config)
             self.machines.load(config)
+            self.where.load(config)
         finally:
             self._loading = False
         self._load_warnings = dict(load_warnings)
@@ -207,6 +215,7 @@ class ConfigPanel(widgets.VBox):
             ("machines", self.machines.read),
             ("fsdp_config", self.fsdp.read),
             ("deepspeed_config", self.deepspeed.read),
+            ("cluster_config", self.where.read),
         )
         for name, read in sections:
             try:
@@ -214,7 +223,7 @@ class ConfigPanel(widgets.VBox):
             except ConfigError as exc:
                 errors[key_of_error(str(exc)) or name] = str(exc)
                 continue
-            if name in ("fsdp_config", "deepspeed_config"):
+            if name in ("fsdp_config", "deepspeed_config", "cluster_config"):
                 data[name] = {**data[name], **values}
             else:
                 data.update(values)

@@ -28,6 +28,7 @@ def check_combinations(
     hw = hardware
     processes = config.num_processes or 1
     per_machine = processes // config.num_machines
+    cluster = config.cluster_config
     reason = precision_reason
     if reason:
         errors["mixed_precision"] = (
@@ -38,6 +39,12 @@ def check_combinations(
             f"num_processes={processes} with strategy 'single' runs one process; pick DDP, FSDP or "
             "DeepSpeed, or set processes to 1."
         )
+    elif cluster.cluster_type != "local":
+        if processes % cluster.num_nodes:
+            errors["num_processes"] = (
+                f"num_processes={processes} counts all ranks and must divide over the {cluster.num_nodes} nodes "
+                f"of the {cluster.cluster_type} cluster; use a multiple of {cluster.num_nodes}."
+            )  # (this machine's CPUs and GPUs do not limit a cluster launch)
     elif config.distributed_type == "MULTI_GPU" and per_machine > hw.cuda_device_count:
         errors["num_processes"] = (
             f"num_processes={processes} needs {per_machine} GPUs per machine and this one has "
@@ -61,7 +68,7 @@ def check_combinations(
                 f"offload_param_device={ds.offload_param_device!r} needs zero_stage=3 (parameter offload is "
                 "a ZeRO-3 feature); set the stage to 3 or offload to none."
             )
-    if config.num_machines > 1 and not config.main_process_ip:
+    if config.num_machines > 1 and not config.main_process_ip and cluster.cluster_type == "local":
         errors["main_process_ip"] = (
             f"main_process_ip is empty with num_machines={config.num_machines}; enter the address of machine 0."
         )
@@ -88,6 +95,9 @@ def summary_html(config: LaunchConfig | None, errors: dict[str, str], fields: di
     assert config is not None
     seed = "none" if config.seed is None else config.seed
     machines = f" on {config.num_machines} machines" if config.num_machines > 1 else ""
+    cluster = config.cluster_config
+    if cluster.cluster_type != "local":
+        machines = f" on {cluster.num_nodes} {'Ray' if cluster.cluster_type == 'ray' else 'SLURM'} node(s)"
     text = (
         f"→ {STRATEGY_NAMES[config.distributed_type]} · {config.mixed_precision} · "
         f"{config.num_processes} process(es){machines} · grad accumulation {config.gradient_accumulation_steps} · seed {seed}"
