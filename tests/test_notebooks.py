@@ -251,6 +251,7 @@ COVERED_ELSEWHERE = {
     "03_fsdp_transformer.ipynb": "test_sharding_notebooks.py",
     "04_deepspeed.ipynb": "test_sharding_notebooks.py",
     "06_config_panel.ipynb": "test_widgets_notebook.py",
+    "08_clusters.ipynb": "test_cluster_notebook.py",
 }
 
 
