@@ -110,3 +110,18 @@ def test_the_panel_where_section_builds_and_loads_the_cluster_config(tmp_path):
     assert reloaded.where.where.widget.value == "ray"
     assert reloaded.where.ray_resources.widget.value == "CPU=1, GPU=1"
     assert isinstance(resolve_cluster(None, load_config(saved)), RayCluster)
+
+
+def test_the_cli_says_a_panel_saved_cluster_is_for_notebooks(tmp_path):
+    """A config file with a cluster section still launches scripts on this machine, saying so."""
+    from types import SimpleNamespace
+
+    from notebook_launcher.cli.flags import launch_parser
+    from notebook_launcher.cli.resolve import resolve_launch_config
+
+    path = save_config(LaunchConfig(num_processes=2, cluster_config={"cluster_type": "ray"}), tmp_path / "c.yaml")
+    args = launch_parser().parse_args(["--config_file", str(path), "s.py"])
+    cpu_only = SimpleNamespace(cuda_device_count=0, fp8_supported=False, bf16_supported=True)
+    config, source = resolve_launch_config(args, hardware=cpu_only)
+    assert config.num_processes == 2
+    assert any("cluster_config (ray) is for notebook_launch" in note for note in source.notes)

@@ -123,7 +123,14 @@ def resolve_launch_config(
         key for key in MACHINE_KEYS if key in overrides or getattr(base, key) != getattr(LaunchConfig(), key)
     }
     config, note = machines_from_slurm(config, chosen)
-    for extra in (single, note):
+    cluster = config.cluster_config.cluster_type
+    elsewhere = None
+    if cluster != "local":
+        elsewhere = (
+            f"the config's cluster_config ({cluster}) is for notebook_launch; this command runs the script on "
+            "this machine (in a SLURM job: srun notebook-launcher launch ..., see docs/clusters.md)."
+        )
+    for extra in (single, note, elsewhere):
         if extra:
             source = dataclasses.replace(source, notes=(*source.notes, extra))
     _check_section_flags(args, config)

@@ -28,7 +28,8 @@ READY_TIMEOUT_SECONDS = 300.0
 class NodeAgent:
     """start(job) -> rendezvous address; drain() -> (events, notes, outcome or None); stop()."""
 
-    def __init__(self) -> None:
+    def __init__(self, command_prefix: tuple[str, ...] = ()) -> None:
+        self.command_prefix = tuple(command_prefix)  # e.g. `ip netns exec NS` in the tests
         self.events: collections.deque = collections.deque()
         self.notes: collections.deque = collections.deque()
         self.outcome: NodeOutcome | None = None
@@ -47,7 +48,7 @@ class NodeAgent:
     def start(self, job: NodeJob) -> tuple[str, int]:
         """Start the node's ranks; return once the rendezvous address is known (node 0 hosts it)."""
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "notebook_launcher.clusters.node_main"],
+            [*self.command_prefix, sys.executable, "-m", "notebook_launcher.clusters.node_main"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=_clean_env(),
