@@ -119,7 +119,9 @@ def test_the_cli_says_a_panel_saved_cluster_is_for_notebooks(tmp_path):
     from notebook_launcher.cli.flags import launch_parser
     from notebook_launcher.cli.resolve import resolve_launch_config
 
-    path = save_config(LaunchConfig(num_processes=2, cluster_config={"cluster_type": "ray"}), tmp_path / "c.yaml")
+    path = save_config(
+        LaunchConfig(num_processes=2, cluster_config={"cluster_type": "ray"}), tmp_path / "c.yaml"
+    )
     args = launch_parser().parse_args(["--config_file", str(path), "s.py"])
     cpu_only = SimpleNamespace(cuda_device_count=0, fp8_supported=False, bf16_supported=True)
     config, source = resolve_launch_config(args, hardware=cpu_only)
