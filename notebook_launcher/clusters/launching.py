@@ -13,6 +13,7 @@ from typing import Any
 from ..config import CLUSTER_TYPES, LaunchConfig
 from ..errors import ConfigError, bad_value
 from ..launch import planning
+from ..launch.payload import pickle_target
 from .driver import ClusterRun
 from .node import NodeJob
 from .ray import RayCluster
@@ -72,6 +73,8 @@ def cluster_run(
     cluster = resolve_cluster(options.get("cluster"), config)
     if cluster is None:
         return None
+    _check_call(fn, args, options.get("timeout"))
+    planning.reject_agent_only_settings(config)
     given = [name for name in ("node_rank", "master_addr", "master_port") if options.get(name) is not None]
     if given:
         raise ConfigError(
@@ -83,11 +86,29 @@ def cluster_run(
     say = (lambda _line: None) if options["quiet"] else print
     num_nodes = options.get("num_nodes") or cluster.num_nodes
     nproc = _processes_per_node(options.get("num_processes"), config, num_nodes, cluster, say)
-    config = config.replace(num_machines=num_nodes, machine_rank=0, num_processes=nproc * num_nodes)
+    config = config.replace(num_machines=num_nodes, machine_rank=0)
+    config = planning.respect_single_process(
+        config,
+        nproc,
+        processes_given=options.get("num_processes") is not None,
+        type_given=overrides.get("distributed_type") is not None,
+        say=say,
+    ).replace(num_processes=nproc * num_nodes)
     with _by_value(fn, args, kwargs or {}):
-        payload = planning.pickle_target(fn, tuple(args), dict(kwargs or {}))
+        payload = pickle_target(fn, tuple(args), dict(kwargs or {}), say)
     job = NodeJob(payload, config.to_dict(), nproc, 0, num_nodes, "", 0, options.get("timeout"))
     return ClusterRun(cluster.backend(), job, config, observers, poll_hooks, should_stop, say)
+
+
+def _check_call(fn: Any, args: Any, timeout: Any) -> None:
+    if not callable(fn):
+        raise ConfigError(f"notebook_launch needs a function to run; got {type(fn).__name__} {fn!r}.")
+    if not isinstance(args, (tuple, list)):
+        raise ConfigError(
+            f"args must be a tuple of positional arguments; got {type(args).__name__}. Use args=(x,)."
+        )
+    if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise ConfigError(f"timeout={timeout!r} must be a positive number of seconds.")
 
 
 def _processes_per_node(
