@@ -77,6 +77,8 @@ def test_what_a_cluster_decides_cannot_be_passed_too():
 
     with pytest.raises(ConfigError, match="master_addr cannot be combined with cluster="):
         notebook_launch(print, cluster=SlurmCluster(), master_addr="10.0.0.1")
+    with pytest.raises(ConfigError, match="start_method='spawn' cannot be applied with cluster="):
+        notebook_launch(print, cluster="ray", start_method="spawn")
     with pytest.raises(ConfigError, match="in_process=True"):
         notebook_launch(print, cluster="slurm", in_process=True)
 

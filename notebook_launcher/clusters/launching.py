@@ -81,6 +81,11 @@ def cluster_run(
             f"{', '.join(given)} cannot be combined with cluster=: the {cluster.name} cluster decides where each node "
             "runs and node 0 hosts the rendezvous. Leave them out."
         )
+    if options.get("start_method", "auto") != "auto":
+        raise ConfigError(
+            f"start_method={options['start_method']!r} cannot be applied with cluster=: each node's launcher starts its "
+            "workers itself (fork from a clean, single-threaded process). Leave start_method unset."
+        )
     if options.get("in_process"):
         raise ConfigError("in_process=True runs in this kernel; it cannot be combined with cluster=.")
     say = (lambda _line: None) if options["quiet"] else print
