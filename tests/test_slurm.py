@@ -108,6 +108,7 @@ def test_preemption_requeues_and_resumes_from_the_latest_checkpoint(where, tmp_p
     job = _job_id(tmp_path)
     for sig in ("TERM", "USR2"):
         subprocess.run(["scancel", f"--signal={sig}", job], check=True)
+    _start_requeued_now(job)
     result = handle.wait(300)
     printed = capsys.readouterr().out
     reference = notebook_launch(
@@ -121,6 +122,19 @@ def test_preemption_requeues_and_resumes_from_the_latest_checkpoint(where, tmp_p
     assert torch.equal(weights, reference[0][2])
     assert "requeued by submitit" in printed and "requeue 1" in printed
     assert slurm_jobs("nl-test") == []
+
+
+def _start_requeued_now(job: str, timeout: float = 120.0) -> None:
+    """SLURM holds a requeued job for about 2 minutes (its begin time); let it start at once."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = subprocess.run(
+            ["squeue", "-h", "-j", job, "-o", "%T %r"], capture_output=True, text=True
+        ).stdout
+        if state.startswith("PENDING"):
+            subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True)
+            return
+        time.sleep(0.5)
 
 
 def _wait_for_pids(folder, handle=None, timeout: float = 180.0) -> None:
