@@ -196,3 +196,8 @@ def detect() -> HardwareInfo:
     gpus = _probe_gpus() if cuda_device_count() != 0 else ()  # -1: NVML could not count; the child can
     mps = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
     return HardwareInfo(cpu_count=cpu_count(), gpus=gpus, mps_available=mps)
+
+
+def ranks_run_on_cpu(use_cpu: bool) -> bool:
+    """Whether a launch's ranks will compute on CPUs: asked for (use_cpu), or no GPU here."""
+    return bool(use_cpu) or detect().cuda_device_count == 0

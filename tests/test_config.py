@@ -92,9 +92,10 @@ def test_default_file_is_read_when_present(tmp_path, monkeypatch):
     assert resolve_config(None).mixed_precision == "fp16"
 
 
-def test_non_default_inert_key_is_reported_not_dropped():
-    with pytest.warns(UserWarning, match="tpu_use_sudo=True has no effect"):
-        LaunchConfig.from_dict({"tpu_use_sudo": True})
+def test_an_accelerate_key_we_cannot_honour_is_reported_in_one_plain_line(capsys):
+    LaunchConfig.from_dict({"enable_cpu_affinity": True})
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "enable_cpu_affinity=True is not honoured" in lines[0]
 
 
 def test_env_contract_is_json():

@@ -114,7 +114,9 @@ def build_plan(
         args.append(f"--log_dir={log_dir}")
     args += ["--module", BOOTSTRAP, *target]
 
-    env = dict(config_to_env(config))
+    from ..hardware import ranks_run_on_cpu
+
+    env = dict(config_to_env(config, cpu_world=ranks_run_on_cpu(config.runs_on_cpu)))
     threads_value = omp_threads(config, threads, local)
     if threads_value is not None:
         env["OMP_NUM_THREADS"] = threads_value

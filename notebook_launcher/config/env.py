@@ -1,7 +1,9 @@
 """The environment contract: how a launch config reaches every worker process.
 
-The launcher sets the standard torch variables plus CONFIG_ENV holding the LaunchConfig as JSON.
-`Accelerator()` reads it back; with nothing set, a run is a plain single process.
+The launcher sets the standard torch variables plus CONFIG_ENV holding the LaunchConfig as JSON,
+and the ACCELERATE_*/FSDP_* variables HuggingFace's Accelerator reads (accelerate_env.py).
+`Accelerator()` reads CONFIG_ENV back, else what `accelerate launch` set; with nothing set, a run
+is a plain single process.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 import os
 from collections.abc import Iterator, Mapping
 
+from .accelerate_env import accelerate_env, config_from_accelerate_env
 from .launch_config import LaunchConfig
 
 CONFIG_ENV = "NOTEBOOK_LAUNCHER_LAUNCH_CONFIG"
@@ -25,17 +28,21 @@ TORCH_ENV_KEYS = (
 )
 
 
-def config_to_env(config: LaunchConfig) -> dict[str, str]:
-    """The variable that carries the config (JSON, so any language or shell can read it)."""
-    return {CONFIG_ENV: json.dumps(config.to_dict(), sort_keys=True)}
+def config_to_env(config: LaunchConfig, *, cpu_world: bool | None = None) -> dict[str, str]:
+    """The variables that carry the config: ours (JSON, so any language or shell can read it) and,
+    when cpu_world is known (the launcher knows whether the ranks run on CPUs), Accelerate's."""
+    env = {CONFIG_ENV: json.dumps(config.to_dict(), sort_keys=True)}
+    if cpu_world is not None:
+        env.update(accelerate_env(config, cpu_world=cpu_world))
+    return env
 
 
 def config_from_env(environ: Mapping[str, str] | None = None) -> LaunchConfig | None:
-    """The LaunchConfig this process was launched with, or None outside a launch."""
+    """The LaunchConfig this process was launched with (ours, else `accelerate launch`'s), or None."""
     environ = os.environ if environ is None else environ
     raw = environ.get(CONFIG_ENV)
     if not raw:
-        return None
+        return config_from_accelerate_env(environ)
     return LaunchConfig.from_dict(json.loads(raw), source=f"${CONFIG_ENV}")
 
 
@@ -49,8 +56,9 @@ def worker_env(
     master_addr: str,
     master_port: int,
     config: LaunchConfig,
+    cpu_world: bool | None = None,
 ) -> dict[str, str]:
-    """Every variable one worker needs, as strings."""
+    """Every variable one worker needs, as strings (cpu_world: see config_to_env)."""
     env = {
         "RANK": str(rank),
         "LOCAL_RANK": str(local_rank),
@@ -60,7 +68,7 @@ def worker_env(
         "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(master_port),
     }
-    env.update(config_to_env(config))
+    env.update(config_to_env(config, cpu_world=cpu_world))
     return env
 
 

@@ -85,6 +85,8 @@ def to_file_dict(config: LaunchConfig) -> dict[str, object]:
         data.pop("deepspeed_config")
     if config.cluster_config.cluster_type == "local":
         data.pop("cluster_config")
+    if not config.dynamo_config.enabled:
+        data.pop("dynamo_config")
     return data
 
 

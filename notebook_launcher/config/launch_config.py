@@ -12,27 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError, bad_value, closest
+from .accelerate_keys import ACCELERATE_ONLY_KEYS, check_accelerate_key
 from .cluster import ClusterConfig
 from .enums import DistributedType, PrecisionType
-from .sections import DeepSpeedConfig, FSDPConfig, check_strategy_sections
+from .sections import DeepSpeedConfig, DynamoConfig, FSDPConfig, check_strategy_sections
 
 DISTRIBUTED_TYPES = tuple(t.value for t in DistributedType)
 MIXED_PRECISIONS = tuple(p.value for p in PrecisionType)
 RDZV_BACKENDS = ("static", "c10d")
-
-# Keys Accelerate writes into every config file that mean nothing for this launcher. They are
-# accepted so existing files load unchanged; a non-default value is reported, never dropped silently.
-INERT_KEYS: dict[str, object] = {
-    "compute_environment": "LOCAL_MACHINE",
-    "downcast_bf16": "no",
-    "main_training_function": "main",
-    "same_network": True,
-    "tpu_env": [],
-    "tpu_use_cluster": False,
-    "tpu_use_sudo": False,
-    "enable_cpu_affinity": False,
-    "dynamo_config": {},
-}
 
 
 @dataclass
@@ -56,17 +43,16 @@ class LaunchConfig:
     monitor_interval: float = 0.1
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     deepspeed_config: DeepSpeedConfig = field(default_factory=DeepSpeedConfig)
+    dynamo_config: DynamoConfig = field(default_factory=DynamoConfig)
     cluster_config: ClusterConfig = field(default_factory=ClusterConfig)
 
     def __post_init__(self) -> None:
-        if isinstance(self.cluster_config, dict):
-            self.cluster_config = _section_from_dict(ClusterConfig, self.cluster_config, "cluster_config")
-        if isinstance(self.fsdp_config, dict):
-            self.fsdp_config = _section_from_dict(FSDPConfig, self.fsdp_config, "fsdp_config")
-        if isinstance(self.deepspeed_config, dict):
-            self.deepspeed_config = _section_from_dict(
-                DeepSpeedConfig, self.deepspeed_config, "deepspeed_config"
-            )
+        for name, cls in _SECTIONS.items():
+            value = getattr(self, name)
+            if value is None:
+                setattr(self, name, cls())
+            elif isinstance(value, dict):
+                setattr(self, name, _section_from_dict(cls, value, name))
         self.validate()
 
     @property
@@ -115,12 +101,9 @@ class LaunchConfig:
             raise ConfigError(f"max_restarts={self.max_restarts!r} must be >= 0.")
         if self.monitor_interval <= 0:
             raise ConfigError(f"monitor_interval={self.monitor_interval!r} must be > 0 seconds.")
-        _coerce_types(self.fsdp_config, "fsdp_config.")
-        _coerce_types(self.deepspeed_config, "deepspeed_config.")
-        _coerce_types(self.cluster_config, "cluster_config.")
-        self.cluster_config.validate()
-        self.fsdp_config.validate()
-        self.deepspeed_config.validate()
+        for name in _SECTIONS:
+            _coerce_types(getattr(self, name), f"{name}.")
+            getattr(self, name).validate()
         check_strategy_sections(self.distributed_type, self.deepspeed_config, self.num_machines)
         return self
 
@@ -139,11 +122,11 @@ class LaunchConfig:
         for key, value in data.items():
             if key in known:
                 kwargs[key] = value
-            elif key in INERT_KEYS:
-                _check_inert(key, value, source)
+            elif key in ACCELERATE_ONLY_KEYS:
+                check_accelerate_key(key, value, source)
             else:
                 hint = (
-                    closest(key, sorted(known | set(INERT_KEYS)))
+                    closest(key, sorted(known | ACCELERATE_ONLY_KEYS))
                     or f" Valid keys: {', '.join(sorted(known))}."
                 )
                 raise ConfigError(f"Unknown key {key!r} in {source}.{hint}")
@@ -155,11 +138,19 @@ class LaunchConfig:
         for key, value in overrides.items():
             if value is None:
                 continue
-            if key in ("fsdp_config", "deepspeed_config", "cluster_config") and isinstance(value, dict):
+            if key in _SECTIONS and isinstance(value, dict):
                 data[key] = {**data[key], **value}
             else:
                 data[key] = value
         return LaunchConfig.from_dict(data, source="arguments")
+
+
+_SECTIONS: dict[str, type] = {
+    "cluster_config": ClusterConfig,
+    "fsdp_config": FSDPConfig,
+    "deepspeed_config": DeepSpeedConfig,
+    "dynamo_config": DynamoConfig,
+}
 
 
 def _section_from_dict(cls: type, data: dict[str, Any], section: str) -> Any:
@@ -168,19 +159,6 @@ def _section_from_dict(cls: type, data: dict[str, Any], section: str) -> Any:
         if key not in known:
             raise ConfigError(f"Unknown key {key!r} in {section}.{closest(key, sorted(known))}")
     return cls(**data)
-
-
-def _check_inert(key: str, value: object, source: str) -> None:
-    default = INERT_KEYS[key]
-    if value in (default, None) or (value == [] and default == []) or (value == {} and default == {}):
-        return
-    import warnings
-
-    warnings.warn(
-        f"{source}: {key}={value!r} has no effect with notebook_launcher (only {default!r} is supported); "
-        "the key is accepted so Accelerate config files load unchanged.",
-        stacklevel=3,
-    )
 
 
 _BOOL_STRINGS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}

@@ -17,6 +17,8 @@ OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 ZERO_STAGES = (0, 1, 2, 3)
 # Accelerate's deepspeed_multinode_launcher values; only "standard" (torchrun on every machine) is ours.
 DEEPSPEED_MULTINODE_LAUNCHERS = ("pdsh", "standard", "openmpi", "mvapich", "mpich", "nossh")
+DYNAMO_BACKENDS = ("NO", "EAGER", "AOT_EAGER", "INDUCTOR", "CUDAGRAPHS", "ONNXRT", "TENSORRT", "TVM")
+DYNAMO_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 # Accelerate (FSDP1) wrote sharding strategies as numbers in older configs.
 _SHARDING_BY_NUMBER = {1: "FULL_SHARD", 2: "SHARD_GRAD_OP", 3: "NO_SHARD", 4: "HYBRID_SHARD"}
@@ -134,6 +136,29 @@ class DeepSpeedConfig:
             )
         if self.zero3_init_flag and not self.deepspeed_config_file and self.zero_stage != 3:
             raise ConfigError(_zero3_init_needs_stage3(self.zero_stage, "deepspeed_config.zero_stage"))
+
+
+@dataclass
+class DynamoConfig:
+    """torch.compile settings. Field names are Accelerate's `dynamo_config` keys; NO = do not compile."""
+
+    dynamo_backend: str = "NO"
+    dynamo_mode: str = "default"
+    dynamo_use_fullgraph: bool = False
+    dynamo_use_dynamic: bool | None = None
+    dynamo_use_regional_compilation: bool = False
+
+    def validate(self) -> None:
+        self.dynamo_backend = str(self.dynamo_backend).upper()
+        if self.dynamo_backend not in DYNAMO_BACKENDS:
+            raise bad_value("dynamo_config.dynamo_backend", self.dynamo_backend, DYNAMO_BACKENDS)
+        self.dynamo_mode = str(self.dynamo_mode or "default")
+        if self.dynamo_mode not in DYNAMO_MODES:
+            raise bad_value("dynamo_config.dynamo_mode", self.dynamo_mode, DYNAMO_MODES)
+
+    @property
+    def enabled(self) -> bool:
+        return self.dynamo_backend != "NO"
 
 
 def read_deepspeed_json(path: str) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from .result import LaunchResult
 
 
 def run_in_process(fn: Callable[..., Any], args: tuple, kwargs: dict, config: LaunchConfig) -> LaunchResult:
+    from ..hardware import ranks_run_on_cpu
     from ..runtime import reset_state, telemetry
 
     env = worker_env(
@@ -27,6 +28,7 @@ def run_in_process(fn: Callable[..., Any], args: tuple, kwargs: dict, config: La
         master_addr="127.0.0.1",
         master_port=0,
         config=config,
+        cpu_world=ranks_run_on_cpu(config.runs_on_cpu),
     )
     metrics: list[dict[str, Any]] = []
 

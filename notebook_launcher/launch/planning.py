@@ -257,9 +257,10 @@ def make_specs(
     """One WorkerSpec per local rank, each with the full env contract."""
     import os
 
-    from ..hardware import cpu_count
+    from ..hardware import cpu_count, ranks_run_on_cpu
 
     world = nproc * config.num_machines
+    cpu_world = ranks_run_on_cpu(config.runs_on_cpu)
     # The workers join the store this launcher hosts, as torchrun's workers join their agent's. torch
     # 2.4 (checked; 2.6 no longer) builds the store's key prefix from TORCHELASTIC_RESTART_COUNT and
     # fails without it (KeyError); a launch here is attempt 0 (no restarts).
@@ -283,6 +284,7 @@ def make_specs(
             master_addr=master[0],
             master_port=master[1],
             config=config,
+            cpu_world=cpu_world,
         )
         if threads is not None:
             env["OMP_NUM_THREADS"] = str(threads)
