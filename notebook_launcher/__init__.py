@@ -1,14 +1,16 @@
 """notebook_launcher: train PyTorch models on many processes, GPUs and machines from a notebook.
 
 The public face. Heavy pieces (torch, the widgets) load on first use, so `import notebook_launcher`
-in a kernel is cheap and never initialises CUDA.
+in a kernel is cheap and never initialises CUDA. It also answers to Accelerate's top-level names
+(`from notebook_launcher import Accelerator, PartialState, notebook_launcher, ...`); the
+`accelerate.utils` and `accelerate.state` names live in notebook_launcher.utils / .state.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
+from ._lazy import face
 from .config import DeepSpeedConfig, FSDPConfig, LaunchConfig, load_config, save_config
 from .errors import (
     AcceleratorError,
@@ -22,7 +24,27 @@ from .errors import (
 
 __version__ = "0.1.0"
 
+_RUNTIME = "notebook_launcher.runtime"
 _LAZY = {
+    **dict.fromkeys(
+        (
+            "AcceleratorState",
+            "DataLoaderConfiguration",
+            "DeepSpeedPlugin",
+            "FullyShardedDataParallelPlugin",
+            "GradientAccumulationPlugin",
+            "GradientState",
+            "PartialState",
+            "ProfileKwargs",
+            "ProjectConfiguration",
+            "find_executable_batch_size",
+            "skip_first_batches",
+            "synchronize_rng_states",
+        ),
+        _RUNTIME,
+    ),
+    "notebook_launcher": "notebook_launcher.launch.accelerate_launcher",
+    "debug_launcher": "notebook_launcher.launch.accelerate_launcher",
     "Accelerator": "notebook_launcher.runtime",
     "DistributedType": "notebook_launcher.config.enums",
     "PrecisionType": "notebook_launcher.config.enums",
@@ -63,13 +85,31 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'notebook_launcher' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+_BIG_MODEL = (
+    "big-model inference (device maps, offloading) is not supported; load with transformers' device_map"
+)
+_UNSUPPORTED = {
+    **dict.fromkeys(
+        (
+            "cpu_offload",
+            "cpu_offload_with_hook",
+            "disk_offload",
+            "dispatch_model",
+            "init_empty_weights",
+            "init_on_device",
+            "load_checkpoint_and_dispatch",
+            "infer_auto_device_map",
+            "load_checkpoint_in_model",
+        ),
+        _BIG_MODEL,
+    ),
+    "ParallelismConfig": "ParallelismConfig (TP/CP/PP) is not supported; use FullyShardedDataParallelPlugin",
+    "DDPCommunicationHookType": "DDP communication hooks are not supported; gradients are all-reduced in full precision",
+    "is_rich_available": "rich tracebacks are not used; worker tracebacks come back to the notebook as they are",
+    "rich": "rich tracebacks are not used; worker tracebacks come back to the notebook as they are",
+}
+
+__getattr__: Any = face("notebook_launcher", globals(), _LAZY, _UNSUPPORTED)
 
 
 def __dir__() -> list[str]:

@@ -1,34 +1,68 @@
-"""WHAT runs inside each worker (or a plain script): the Accelerator facade (accelerator.py with
-process_api.py, saving_api.py and tracking_api.py) and what it delegates to: the process state read
-from the env contract (state.py), strategies/, precision.py, data/, ops.py, checkpoint.py,
-trackers/, wrappers.py.
+"""WHAT runs inside each worker (or a plain script): the Accelerator facade (accelerator.py with the
+mixins process_api.py, control_api.py, saving_api.py, tracking_api.py, accelerator_views.py; its
+arguments in accelerator_config.py, configurations.py, plugins.py, kwargs.py) and what it delegates
+to: the process state read from the env contract (state.py, shared_state.py), strategies/,
+precision.py, compile.py, data/, ops.py, rng_sync.py, checkpoint.py (+ checkpoint_naming.py,
+model_files.py), trackers/, memory.py, wrappers.py.
 
 Imports config and errors only. Never launch, cli, widgets or IPython: workers must not need a
 notebook. Imported by workers, scripts, and the public face (lazily)."""
 
-from ..config.enums import DistributedType
+from ..config.enums import DistributedType, PrecisionType
 from .accelerator import Accelerator
+from .configurations import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
+from .control_api import skip_first_batches
 from .data import DataLoaderShard, GradientState
 from .kwargs import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
     GradScalerKwargs,
     InitProcessGroupKwargs,
+    KwargsHandler,
+    ProfileKwargs,
 )
+from .memory import find_executable_batch_size, release_memory
+from .plugins import (
+    DeepSpeedPlugin,
+    DynamoBackend,
+    FullyShardedDataParallelPlugin,
+    RNGType,
+    TorchDynamoPlugin,
+)
+from .rng_sync import synchronize_rng_state, synchronize_rng_states
 from .seed import set_seed
+from .shared_state import AcceleratorState, PartialState
 from .state import ProcessState, get_state, reset_state
 
 __all__ = [
     "Accelerator",
+    "AcceleratorState",
     "AutocastKwargs",
+    "DataLoaderConfiguration",
     "DataLoaderShard",
+    "DeepSpeedPlugin",
     "DistributedDataParallelKwargs",
     "DistributedType",
+    "DynamoBackend",
+    "FullyShardedDataParallelPlugin",
     "GradScalerKwargs",
+    "GradientAccumulationPlugin",
     "GradientState",
     "InitProcessGroupKwargs",
+    "KwargsHandler",
+    "PartialState",
+    "PrecisionType",
     "ProcessState",
+    "ProfileKwargs",
+    "ProjectConfiguration",
+    "RNGType",
+    "TorchDynamoPlugin",
+    "find_executable_batch_size",
     "get_state",
+    "release_memory",
     "reset_state",
     "set_seed",
+    "skip_first_batches",
+    "synchronize_rng_state",
+    "synchronize_rng_states",
 ]

@@ -15,75 +15,111 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from ..config import LaunchConfig, config_from_env
-from ..config.enums import DistributedType
-from ..errors import AcceleratorError, ConfigError
-from . import ops
+from ..errors import AcceleratorError
+from . import accelerator_config, ops
+from .accelerator_config import _NOT_GIVEN
+from .accelerator_views import SettingsView
+from .compile import compile_model
+from .configurations import DataLoaderConfiguration, ProjectConfiguration
+from .control_api import ControlAPI
 from .data import DataLoaderShard, GradientState
-from .kwargs import (
-    AutocastKwargs,
-    DistributedDataParallelKwargs,
-    GradScalerKwargs,
-    InitProcessGroupKwargs,
-)
+from .kwargs import AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs
 from .precision import Precision
 from .process_api import ProcessAPI
-from .rng_sync import RNGSyncedLoader, check_rng_types
 from .saving_api import SavingAPI
 from .seed import set_seed
+from .shared_state import AcceleratorState, resolve_distributed_type
 from .state import get_state
+from .rng_sync import check_rng_types
 from .strategies import strategy_class
 from .tracking_api import TrackingAPI
 from .wrappers import AcceleratedOptimizer, AcceleratedScheduler
 
 
-class Accelerator(TrackingAPI, SavingAPI, ProcessAPI):
-    """Prepare model/optimizer/data for the launch's strategy and precision; same API as Accelerate."""
+class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI):
+    """Prepare model/optimizer/data for the launch's strategy and precision; Accelerate 1.x's API.
+
+    Arguments are Accelerate's (dataloader_config, project_config, gradient_accumulation_plugin,
+    fsdp_plugin, deepspeed_plugin, dynamo_backend/dynamo_plugin, rng_types, kwargs_handlers, ...);
+    what is not given comes from the launch (notebook_launch, our CLI, or `accelerate launch`).
+    """
 
     def __init__(
         self,
         device_placement: bool = True,
-        split_batches: bool = False,
+        split_batches: bool = _NOT_GIVEN,
         mixed_precision: str | None = None,
         gradient_accumulation_steps: int | None = None,
         cpu: bool = False,
-        even_batches: bool = True,
-        step_scheduler_with_optimizer: bool = True,
-        project_dir: str | os.PathLike[str] | None = None,
-        kwargs_handlers: list[Any] | None = None,
+        dataloader_config: DataLoaderConfiguration | None = None,
+        deepspeed_plugin: Any = None,
+        fsdp_plugin: Any = None,
+        torch_tp_plugin: Any = None,
+        megatron_lm_plugin: Any = None,
+        rng_types: list[str] | None = None,
         log_with: Any = None,
-        rng_types: Any = None,
-        dataloader_config: Any = None,
+        project_dir: str | os.PathLike[str] | None = None,
+        project_config: ProjectConfiguration | None = None,
+        gradient_accumulation_plugin: Any = None,
+        step_scheduler_with_optimizer: bool = True,
+        kwargs_handlers: list[Any] | None = None,
+        dynamo_backend: Any = None,
+        dynamo_plugin: Any = None,
+        deepspeed_plugins: Any = None,
+        parallelism_config: Any = None,
+        **removed: Any,
     ) -> None:
-        self.config = _resolve_config(mixed_precision, gradient_accumulation_steps, cpu)
-        handlers = _index_handlers(kwargs_handlers or [])
-        pg = handlers.get(InitProcessGroupKwargs)
-        self.state = get_state(self.config, cpu=cpu, **(pg.to_kwargs() if pg else {}))
-        self.rng_types = check_rng_types(rng_types, self.state.device)
-        if dataloader_config is not None:
-            split_batches = getattr(dataloader_config, "split_batches", split_batches)
-            even_batches = getattr(dataloader_config, "even_batches", even_batches)
-        self.device_placement = device_placement
-        self.split_batches = split_batches
-        self.even_batches = even_batches
-        self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
-        self.project_dir = str(project_dir) if project_dir is not None else None
-        self.save_iteration = 0
+        accelerator_config.check_removed_arguments(removed)
+        if deepspeed_plugin is not None and deepspeed_plugins is not None:
+            raise AcceleratorError("Accelerator() got deepspeed_plugin and deepspeed_plugins; pass one.")
+        settings = accelerator_config.resolve(
+            split_batches=split_batches,
+            mixed_precision=mixed_precision,
+            gradient_accumulation_steps=gradient_accumulation_steps,
+            cpu=cpu,
+            dataloader_config=dataloader_config,
+            deepspeed_plugin=deepspeed_plugin if deepspeed_plugin is not None else deepspeed_plugins,
+            fsdp_plugin=fsdp_plugin,
+            project_dir=project_dir,
+            project_config=project_config,
+            gradient_accumulation_plugin=gradient_accumulation_plugin,
+            kwargs_handlers=kwargs_handlers,
+            dynamo_backend=dynamo_backend,
+            dynamo_plugin=dynamo_plugin,
+            unsupported=dict(
+                torch_tp_plugin=torch_tp_plugin,
+                megatron_lm_plugin=megatron_lm_plugin,
+                parallelism_config=parallelism_config,
+            ),
+        )
+        self.config = settings.config
+        self.handlers = settings.handlers
+        self.dataloader_config = settings.dataloader_config
+        self.project_configuration = settings.project_configuration
+        pg = self.handlers.get(InitProcessGroupKwargs)
+        process = get_state(self.config, cpu=cpu, **(pg.to_kwargs() if pg else {}))
+        self.rng_types = check_rng_types(rng_types, process.device)  # what each epoch start synchronises
+        self._distributed_type = resolve_distributed_type(self.config, process)
+        self.state = AcceleratorState.for_accelerator(
+            process, self.config, self._distributed_type, settings.plugins
+        )
         self._init_tracking(log_with)
-        self.gradient_state = GradientState(num_steps=self.config.gradient_accumulation_steps)
-        self._step = 0
-        scaler = handlers.get(GradScalerKwargs)
-        autocast = handlers.get(AutocastKwargs)
+        self.device_placement = device_placement
+        self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
+        self.gradient_state = GradientState(settings.gradient_accumulation_plugin)
+        self.step = 0
+        self.flag_tensor = None
+        scaler = self.handlers.get(GradScalerKwargs)
+        autocast = self.handlers.get(AutocastKwargs)
         self.precision = Precision(
             self.config.mixed_precision,
-            self.state.device,
+            process.device,
             scaler_kwargs=scaler.to_kwargs() if scaler else None,
             autocast_kwargs=autocast.to_kwargs() if autocast else None,
         )
-        ddp = handlers.get(DistributedDataParallelKwargs)
-        self._distributed_type = _resolve_distributed_type(self.config, self.state)
+        ddp = self.handlers.get(DistributedDataParallelKwargs)
         self.strategy = strategy_class(self._distributed_type.value)(
-            self.state,
+            process,
             self.config,
             self.precision,
             ddp_kwargs=ddp.to_kwargs() if ddp else None,
@@ -95,38 +131,10 @@ class Accelerator(TrackingAPI, SavingAPI, ProcessAPI):
         self._dataloaders: list[DataLoaderShard] = []
         self._custom_objects: list[Any] = []
         self._prepared_ids: set[int] = set()
+        self._save_model_state_pre_hook: dict[int, Any] = {}
+        self._load_model_state_pre_hook: dict[int, Any] = {}
         if self.config.seed is not None:
             set_seed(self.config.seed)
-
-    # ------------------------------------------------------------ properties
-    @property
-    def distributed_type(self) -> DistributedType:
-        return self._distributed_type
-
-    @property
-    def mixed_precision(self) -> str:
-        return self.config.mixed_precision
-
-    @property
-    def gradient_accumulation_steps(self) -> int:
-        return self.gradient_state.num_steps
-
-    @gradient_accumulation_steps.setter
-    def gradient_accumulation_steps(self, steps: int) -> None:
-        self.gradient_state.num_steps = steps
-
-    @property
-    def sync_gradients(self) -> bool:
-        return self.gradient_state.sync_gradients
-
-    @property
-    def optimizer_step_was_skipped(self) -> bool:
-        """True when the last optimizer step was skipped (fp16 overflow); schedulers did not step."""
-        return any(opt.step_was_skipped for opt in self._optimizers)
-
-    @property
-    def scaler(self) -> torch.amp.GradScaler | None:
-        return self.precision.scaler
 
     # --------------------------------------------------------------- prepare
     def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
@@ -176,6 +184,9 @@ class Accelerator(TrackingAPI, SavingAPI, ProcessAPI):
             self.precision.wrap_forward(model)
         else:
             model = self.strategy.wrap_model(model, device_placement=placement)
+            model = compile_model(
+                model, self.config.dynamo_config, getattr(self.state.dynamo_plugin, "options", None)
+            )
             self._models.append(model)
         self._prepared_ids.add(id(model))
         return model
@@ -210,10 +221,11 @@ class Accelerator(TrackingAPI, SavingAPI, ProcessAPI):
         """Shard a DataLoader over the processes, shuffle alike on every rank, move batches to device."""
         self._prepared_ids.add(id(data_loader))
         placement = self.device_placement if device_placement is None else device_placement
-        seed = self.config.seed if self.config.seed is not None else torch.initial_seed() % 2**31
+        seed = self.dataloader_config.data_seed
+        if seed is None:
+            seed = self.config.seed if self.config.seed is not None else torch.initial_seed() % 2**31
         seed = ops.broadcast_object_list([seed])[0]
-        synced = {"rng_types": self.rng_types, "rng_device": self.device} if self.rng_types else {}
-        loader = (RNGSyncedLoader if synced else DataLoaderShard)(
+        loader = DataLoaderShard(
             data_loader,
             rank=self.process_index,
             world_size=self.num_processes,
@@ -222,7 +234,9 @@ class Accelerator(TrackingAPI, SavingAPI, ProcessAPI):
             split_batches=self.split_batches,
             even_batches=self.even_batches,
             seed=int(seed),
-            **synced,
+            dispatch_batches=self.dispatch_batches,
+            non_blocking=self.non_blocking,
+            rng_types=self.rng_types,
         )
         self._dataloaders.append(loader)
         return loader
@@ -241,19 +255,23 @@ class Accelerator(TrackingAPI, SavingAPI, ProcessAPI):
 
     def _do_sync(self) -> None:
         state = self.gradient_state
-        if state.end_of_dataloader:
-            self._step = 0
+        if state.sync_with_dataloader and state.end_of_dataloader:
+            self.step = 0
             state.sync_gradients = True
         else:
-            self._step += 1
-            state.sync_gradients = self._step % state.num_steps == 0
+            self.step += 1
+            state.sync_gradients = self.step % state.num_steps == 0
 
     @contextlib.contextmanager
     def accumulate(self, *models: nn.Module) -> Iterator[None]:
-        """Accumulate gradients over gradient_accumulation_steps batches; sync and step on the last."""
+        """Accumulate gradients over gradient_accumulation_steps batches; sync and step on the last
+        (with sync_each_batch, gradients are all-reduced on every batch and only the step waits)."""
         self._do_sync()
+        allow_sync = self.gradient_state.sync_gradients or (
+            self.use_distributed and self.gradient_state.sync_each_batch
+        )
         with contextlib.ExitStack() as stack:
-            if not self.gradient_state.sync_gradients:
+            if not allow_sync:
                 for model in models or self._models:
                     stack.enter_context(self.strategy.no_sync(model))
             yield
@@ -284,62 +302,20 @@ class Accelerator(TrackingAPI, SavingAPI, ProcessAPI):
 
     # --------------------------------------------------------------- metrics
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
-        """Gather for evaluation, dropping the samples even_batches repeated to fill the last round."""
-        tensors_only = _all_tensors(input_data)
-        data = (
-            ops.gather(input_data)
-            if tensors_only and not use_gather_object
-            else ops.gather_object(input_data)
-        )
+        """Gather for evaluation; on a loader's last batch drop the samples even_batches repeated.
+
+        Tensors are concatenated (gather); anything else, or use_gather_object=True, goes through
+        gather_object and the list of objects is cut to the real samples.
+        """
+        use_gather_object = use_gather_object or not _all_tensors(input_data)
+        data = ops.gather_object(input_data) if use_gather_object else ops.gather(input_data)
         state = self.gradient_state
-        if not state.end_of_dataloader or state.remainder < 0:
+        if not state.end_of_dataloader or state.remainder <= 0:
             return data
         keep = state.remainder
-        if isinstance(data, list) and not tensors_only:
+        if use_gather_object:
             return data[:keep]
         return ops.recursively_apply(lambda t: t[:keep], data)
-
-
-def _resolve_config(mixed_precision: str | None, accumulation: int | None, cpu: bool) -> LaunchConfig:
-    base = config_from_env() or LaunchConfig()
-    overrides: dict[str, Any] = {
-        "mixed_precision": mixed_precision,
-        "gradient_accumulation_steps": accumulation,
-    }
-    if cpu:
-        overrides["use_cpu"] = True
-    for name, value in (("mixed_precision", mixed_precision), ("gradient_accumulation_steps", accumulation)):
-        if value is not None and not isinstance(value, (str, int)):
-            raise ConfigError(f"{name}={value!r} has the wrong type.")
-    return base.replace(**overrides)
-
-
-def _resolve_distributed_type(config: LaunchConfig, state: Any) -> DistributedType:
-    if config.distributed_type in ("FSDP", "DEEPSPEED"):
-        return DistributedType(config.distributed_type)
-    if not state.is_distributed:
-        return DistributedType.NO
-    if config.distributed_type == "NO":
-        raise AcceleratorError(
-            f"The launch config says distributed_type='NO' (one process), but this process is one of "
-            f"{state.world_size} (WORLD_SIZE); launch one process, or use MULTI_GPU / MULTI_CPU for several."
-        )
-    return DistributedType.MULTI_GPU if state.device.type == "cuda" else DistributedType.MULTI_CPU
-
-
-def _index_handlers(handlers: list[Any]) -> dict[type, Any]:
-    known = (DistributedDataParallelKwargs, GradScalerKwargs, AutocastKwargs, InitProcessGroupKwargs)
-    out: dict[type, Any] = {}
-    for handler in handlers:
-        kind = next((k for k in known if isinstance(handler, k)), None)
-        if kind is None:
-            raise AcceleratorError(
-                f"Unsupported kwargs handler {handler!r}; use one of {[k.__name__ for k in known]}."
-            )
-        if kind in out:
-            raise AcceleratorError(f"Two {kind.__name__} handlers were given; pass each kind once.")
-        out[kind] = handler
-    return out
 
 
 def _is_scheduler(obj: Any) -> bool:

@@ -1,4 +1,5 @@
-"""Kwargs handlers with Accelerate's names: tweak DDP, the fp16 grad scaler, autocast, the group."""
+"""Kwargs handlers with Accelerate's names: tweak DDP, the fp16 grad scaler, autocast, the group, the
+profiler."""
 
 from __future__ import annotations
 
@@ -50,3 +51,55 @@ class InitProcessGroupKwargs(KwargsHandler):
     backend: str | None = None
     init_method: str | None = None
     timeout: datetime.timedelta | None = None
+
+
+_PROFILER_ACTIVITIES = ("cpu", "cuda", "xpu", "mtia", "hpu")
+
+
+@dataclass
+class ProfileKwargs(KwargsHandler):
+    """torch.profiler settings for `accelerator.profile()` (Accelerate's names and meanings).
+
+    activities: "cpu", "cuda", ... (None: torch's default). schedule_option: torch.profiler.schedule
+    arguments (wait, warmup, active, repeat, skip_first). on_trace_ready: called when a scheduled
+    window is recorded. output_trace_dir: each process writes `profile_{rank}.json` (Chrome trace).
+    """
+
+    activities: list[str] | None = None
+    schedule_option: dict[str, int] | None = None
+    on_trace_ready: Any = None
+    record_shapes: bool = False
+    profile_memory: bool = False
+    with_stack: bool = False
+    with_flops: bool = False
+    with_modules: bool = False
+    output_trace_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        for activity in self.activities or []:
+            if activity not in _PROFILER_ACTIVITIES:
+                from ..errors import ConfigError
+
+                raise ConfigError(
+                    f"ProfileKwargs(activities=[..., {activity!r}]) is not a profiler activity; use "
+                    f"{', '.join(repr(a) for a in _PROFILER_ACTIVITIES)}."
+                )
+
+    def build(self) -> Any:
+        """The torch.profiler.profile these settings describe (not yet started)."""
+        import torch
+
+        activities = None
+        if self.activities is not None:
+            activities = [getattr(torch.profiler.ProfilerActivity, a.upper()) for a in self.activities]
+        schedule = torch.profiler.schedule(**self.schedule_option) if self.schedule_option else None
+        return torch.profiler.profile(
+            activities=activities,
+            schedule=schedule,
+            on_trace_ready=self.on_trace_ready,
+            record_shapes=self.record_shapes,
+            profile_memory=self.profile_memory,
+            with_stack=self.with_stack,
+            with_flops=self.with_flops,
+            with_modules=self.with_modules,
+        )

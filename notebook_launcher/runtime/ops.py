@@ -146,3 +146,17 @@ def pad_across_processes(data: Any, dim: int = 0, pad_index: int = 0, pad_first:
 def convert_to_fp32(data: Any) -> Any:
     """Half-precision floating tensors back to float32 (what mixed-precision forwards return)."""
     return recursively_apply(lambda t: t.float() if t.dtype in (torch.float16, torch.bfloat16) else t, data)
+
+
+def concatenate(data: list[Any], dim: int = 0) -> Any:
+    """Join a list of same-structured (nested) tensors along `dim`."""
+    first = data[0]
+    if isinstance(first, (list, tuple)):
+        return type(first)(concatenate([d[i] for d in data], dim=dim) for i in range(len(first)))
+    if isinstance(first, Mapping):
+        return type(first)({k: concatenate([d[k] for d in data], dim=dim) for k in first})
+    if not isinstance(first, torch.Tensor):
+        raise TypeError(
+            f"concatenate can only join tensors (or lists/dicts of tensors); got {type(first).__name__}."
+        )
+    return torch.cat(data, dim=dim)

@@ -90,10 +90,27 @@ class ProcessAPI:
     def on_local_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
         return self._only_if(lambda: self.state.is_local_main_process, function)
 
-    def on_process(self, function: Callable[..., Any] | None = None, process_index: int = 0):
+    def on_last_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """Decorator: run the function on the last process only."""
+        return self._only_if(lambda: self.state.is_last_process, function)
+
+    def on_process(self, function: Callable[..., Any] | None = None, process_index: int | None = None):
+        """Decorator: run on the process with this global index (`@acc.on_process(process_index=1)`)."""
         if function is None:
             return functools.partial(self.on_process, process_index=process_index)
-        return self._only_if(lambda: self.state.rank == process_index, function)
+        index = _index_given("on_process", "process_index", process_index)
+        return self._only_if(lambda: self.state.rank == index or not self.state.is_distributed, function)
+
+    def on_local_process(
+        self, function: Callable[..., Any] | None = None, local_process_index: int | None = None
+    ):
+        """Decorator: run on the process with this index on each machine."""
+        if function is None:
+            return functools.partial(self.on_local_process, local_process_index=local_process_index)
+        index = _index_given("on_local_process", "local_process_index", local_process_index)
+        return self._only_if(
+            lambda: self.state.local_rank == index or not self.state.is_distributed, function
+        )
 
     @staticmethod
     def _only_if(condition: Callable[[], bool], function: Callable[..., Any]) -> Callable[..., Any]:
@@ -128,9 +145,23 @@ class ProcessAPI:
         return ops.pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
 
 
+def _index_given(method: str, name: str, value: int | None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{method} needs {name}=<int>, e.g. @accelerator.{method}({name}=1); got {value!r}.")
+    return value
+
+
 def split_for_rank(inputs: Any, rank: int, world: int, apply_padding: bool = False) -> Any:
     """Contiguous, nearly equal shares: the first len % world ranks get one extra item."""
+    if world == 1:
+        return inputs
     if isinstance(inputs, dict):
+        lengths = {len(v) for v in inputs.values()}
+        if len(lengths) > 1:
+            raise ValueError(
+                f"split_between_processes got a dict whose values have different lengths ({sorted(lengths)}); "
+                "all values must have the same number of elements."
+            )
         return {k: split_for_rank(v, rank, world, apply_padding) for k, v in inputs.items()}
     length = len(inputs)
     per, extra = divmod(length, world)

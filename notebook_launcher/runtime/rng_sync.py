@@ -1,4 +1,5 @@
-"""Accelerate's `rng_types`: random generators made identical on every rank at each epoch start.
+"""Accelerate's `rng_types` and `synchronize_rng_states`: random generators made identical on every
+rank at each epoch start (prepared loaders call it before each pass).
 
 `Accelerator(rng_types=["torch"])` copies rank 0's global torch RNG state to every rank each time
 a prepared data loader starts an epoch, so random operations in the training loop (augmentations,
@@ -9,14 +10,13 @@ every prepared loader already shuffles from one seed agreed by all ranks, so it 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from ..errors import AcceleratorError
-from .data import DataLoaderShard
 
 RNG_TYPES = ("torch", "cuda", "generator")
 
@@ -42,31 +42,35 @@ def check_rng_types(rng_types: Iterable[Any] | None, device: torch.device) -> li
     return [name for name in names if name != "generator"]
 
 
-def synchronize_rng_states(rng_types: list[str], device: torch.device) -> None:
-    """Give every rank rank 0's state of each listed generator (a collective: all ranks call it)."""
+def synchronize_rng_state(rng_type: str, generator: torch.Generator | None = None) -> None:
+    """Overwrite this process's `rng_type` state with process 0's (a broadcast; all ranks must call)."""
+    rng_type = str(getattr(rng_type, "value", rng_type)).lower()
+    if rng_type == "cuda" and not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return
+    if rng_type == "generator" and generator is None:
+        return
     if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
         return
-    on_device = dist.get_backend() == "nccl"  # NCCL only moves GPU tensors
-    for name in rng_types:
-        state = torch.get_rng_state() if name == "torch" else torch.cuda.get_rng_state(device)
-        shipped = state.to(device) if on_device else state.clone()
-        dist.broadcast(shipped, src=0)
-        state = shipped.cpu()
-        if name == "torch":
-            torch.set_rng_state(state)
-        else:
-            torch.cuda.set_rng_state(state, device)
+    if rng_type == "torch":
+        state = torch.get_rng_state()
+    elif rng_type == "cuda":
+        state = torch.cuda.get_rng_state()
+    elif rng_type == "generator":
+        state = generator.get_state()
+    else:
+        raise AcceleratorError(f"rng_type={rng_type!r} cannot be synchronised; use one of {RNG_TYPES}.")
+    on_gpu = dist.get_backend() == "nccl"
+    shared = state.cuda() if on_gpu else state.clone()
+    dist.broadcast(shared, src=0)
+    shared = shared.cpu()
+    if rng_type == "torch":
+        torch.set_rng_state(shared)
+    elif rng_type == "cuda":
+        torch.cuda.set_rng_state(shared)
+    else:
+        generator.set_state(shared)
 
 
-class RNGSyncedLoader(DataLoaderShard):
-    """A prepared loader that synchronises the chosen generators before each epoch, as Accelerate's
-    DataLoaderShard does with rng_types."""
-
-    def __init__(self, *args: Any, rng_types: list[str], rng_device: torch.device, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.rng_types = rng_types
-        self.rng_device = rng_device
-
-    def __iter__(self) -> Iterator[Any]:
-        synchronize_rng_states(self.rng_types, self.rng_device)
-        yield from super().__iter__()
+def synchronize_rng_states(rng_types: Iterable[Any], generator: torch.Generator | None = None) -> None:
+    for rng_type in rng_types:
+        synchronize_rng_state(rng_type, generator)

@@ -226,9 +226,16 @@ def current_state() -> ProcessState | None:
 
 
 def reset_state(destroy_process_group: bool = True) -> None:
-    """Forget the state (and tear down the group we created) so a new Accelerator starts fresh."""
+    """Forget the state (and tear down the group we created) so a new Accelerator starts fresh:
+    also the shared AcceleratorState, PartialState and GradientState that Accelerate's API hands out."""
     global _STATE
     if _STATE is not None and _STATE.owns_process_group and destroy_process_group:
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
     _STATE = None
+    from .data.gradient_state import GradientState
+    from .shared_state import AcceleratorState, PartialState
+
+    GradientState._reset_state()
+    AcceleratorState._shared_state.clear()
+    PartialState._shared_state.clear()

@@ -34,7 +34,12 @@ def plan_epoch(
     even_batches: bool,
     drop_last: bool,
 ) -> ShardPlan:
-    """Assign this epoch's batches (as the original loader would make them) to one rank."""
+    """Assign this epoch's batches (as the original loader would make them) to one rank.
+
+    One process gets the loader's batches unchanged (Accelerate does not shard a world of one), so a
+    short last batch stays short."""
+    if world_size == 1:
+        return ShardPlan([list(b) for b in global_batches], None, None)
     if split_batches:
         return _plan_split(global_batches, rank, world_size, batch_size, even_batches, drop_last)
     return _plan_round_robin(global_batches, rank, world_size, batch_size, even_batches, drop_last)

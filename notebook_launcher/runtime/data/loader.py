@@ -1,15 +1,16 @@
 """Prepared data loaders: each rank gets its shard, all ranks shuffle alike, positions can be saved.
 
 `DataLoaderShard` keeps the user's dataset, collate_fn and worker settings and replaces only the
-choice of indices (see sharding.py). Shuffling uses one seed agreed by all ranks plus the epoch, so
-every rank sees the same permutation and every epoch a new one.
+choice of indices (see index_plan.py). Shuffling uses one seed agreed by all ranks plus the epoch,
+so every rank sees the same permutation and every epoch a new one. With dispatch_batches (the
+default for an IterableDataset) only rank 0 reads the data and sends each rank its slice
+(dispatch.py). Each pass starts by synchronising the Accelerator's rng_types.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -17,6 +18,9 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSa
 
 from .. import telemetry
 from ..ops import send_to_device
+from ..rng_sync import synchronize_rng_states
+from .dispatch import dispatch
+from .gradient_state import GradientState
 from .index_plan import ShardPlan, plan_epoch
 
 _LOADER_KEYS = (
@@ -29,22 +33,6 @@ _LOADER_KEYS = (
     "persistent_workers",
 )
 _PROGRESS_EVERY_S = 0.25
-
-
-@dataclass
-class GradientState:
-    """Shared between the Accelerator and its loaders: where in the epoch and accumulation we are."""
-
-    num_steps: int = 1
-    sync_gradients: bool = True
-    end_of_dataloader: bool = False
-    remainder: int = -1  # genuine samples in the current (last) round when it was padded, else -1
-    round_size: int = -1
-    loaders: list[Any] = field(default_factory=list)
-
-    @property
-    def in_dataloader(self) -> bool:
-        return bool(self.loaders)
 
 
 class _FixedBatches(Sampler[list[int]]):
@@ -72,6 +60,9 @@ class DataLoaderShard:
         split_batches: bool = False,
         even_batches: bool = True,
         seed: int = 0,
+        dispatch_batches: bool | None = None,
+        non_blocking: bool = False,
+        rng_types: list[str] | None = None,
     ) -> None:
         self.base_loader = loader
         self.dataset = loader.dataset
@@ -85,6 +76,11 @@ class DataLoaderShard:
         self._skip_next = 0
         self._plan_cache: tuple[int, ShardPlan] | None = None
         self.is_iterable = isinstance(loader.dataset, IterableDataset)
+        self.dispatch_batches = self.is_iterable if dispatch_batches is None else bool(dispatch_batches)
+        self.non_blocking = non_blocking
+        self.rng_types = list(rng_types) if rng_types is not None else None
+        self.end_of_dataloader = False
+        self.remainder = -1
         base_bs = loader.batch_size if loader.batch_size is not None else _batch_size_of(loader)
         self.total_batch_size = base_bs if split_batches else (base_bs or 1) * world_size
         self.batch_size = (base_bs // world_size) if (split_batches and base_bs) else base_bs
@@ -131,15 +127,33 @@ class DataLoaderShard:
         return self._plan_cache[1]
 
     def __len__(self) -> int:
-        if self.is_iterable:
-            return len(self.base_loader) // self.world_size
+        if self.is_iterable or self.dispatch_batches:
+            per_step = 1 if self.split_batches else self.world_size
+            full, extra = divmod(len(self.base_loader), per_step)
+            return full + (1 if extra and not self._drop_last else 0)
         return len(self.plan().batches)
+
+    @property
+    def _drop_last(self) -> bool:
+        return bool(getattr(self.base_loader, "drop_last", False))
 
     # --------------------------------------------------------------- iteration
     def __iter__(self) -> Iterator[Any]:
-        if self.is_iterable:
-            yield from self._iter_iterable()
-            return
+        if self.rng_types:
+            synchronize_rng_states(self.rng_types, self._synchronized_generator())
+        self._begin()
+        try:
+            if self.dispatch_batches:
+                yield from self._iter_dispatched()
+            elif self.is_iterable:
+                yield from self._iter_iterable()
+            else:
+                yield from self._iter_planned()
+            self._end_epoch()
+        finally:
+            self._leave()
+
+    def _iter_planned(self) -> Iterator[Any]:
         plan = self.plan()
         skip, self._skip_next = self._skip_next, 0
         batches = plan.batches[skip:]
@@ -152,47 +166,72 @@ class DataLoaderShard:
         loader = DataLoader(self.dataset, batch_sampler=_FixedBatches(batches), **kwargs)
         total = len(plan.batches)
         self.batches_yielded = skip
-        self.gradient_state.loaders.append(self)
         last_emit = 0.0
-        try:
-            for index, batch in enumerate(loader, start=skip + 1):
-                is_last = index == total
-                self._mark_position(is_last, plan)
-                self.batches_yielded = index
-                now = time.monotonic()
-                if telemetry.has_sink() and (is_last or now - last_emit > _PROGRESS_EVERY_S):
-                    telemetry.emit("progress", step=index, total=total, epoch=self.epoch)
-                    last_emit = now
-                yield send_to_device(batch, self.device) if self.device is not None else batch
-            self._end_epoch()
-        finally:
-            self._leave()
+        for index, batch in enumerate(loader, start=skip + 1):
+            self.end_of_dataloader = index == total
+            self.batches_yielded = index
+            now = time.monotonic()
+            if telemetry.has_sink() and (self.end_of_dataloader or now - last_emit > _PROGRESS_EVERY_S):
+                telemetry.emit("progress", step=index, total=total, epoch=self.epoch)
+                last_emit = now
+            yield self._to_device(batch)
 
     def _iter_iterable(self) -> Iterator[Any]:
-        self.gradient_state.loaders.append(self)
-        try:
-            mine = (b for i, b in enumerate(self.base_loader) if i % self.world_size == self.rank)
-            current = next(mine, _END)
-            while current is not _END:
-                following = next(mine, _END)
-                self.gradient_state.end_of_dataloader = following is _END
-                self.gradient_state.remainder = -1
-                yield send_to_device(current, self.device) if self.device is not None else current
-                current = following
-            self._end_epoch()
-        finally:
-            self._leave()
+        skip, self._skip_next = self._skip_next, 0
+        mine = (b for i, b in enumerate(self.base_loader) if i % self.world_size == self.rank)
+        current = next(mine, _END)
+        index = 0
+        while current is not _END:
+            following = next(mine, _END)
+            self.end_of_dataloader = following is _END
+            index += 1
+            if index > skip:
+                self.batches_yielded = index
+                yield self._to_device(current)
+            current = following
 
-    def _mark_position(self, is_last: bool, plan: ShardPlan) -> None:
-        state = self.gradient_state
-        state.end_of_dataloader = is_last
-        padded = (
-            is_last
-            and plan.last_round_real is not None
-            and plan.last_round_real < (plan.last_round_size or 0)
+    def _iter_dispatched(self) -> Iterator[Any]:
+        skip, self._skip_next = self._skip_next, 0
+        if hasattr(self.base_loader.sampler, "set_epoch"):
+            self.base_loader.sampler.set_epoch(self.epoch)
+        parts = dispatch(
+            self.base_loader,
+            rank=self.rank,
+            world_size=self.world_size,
+            split_batches=self.split_batches,
+            drop_last=self._drop_last,
         )
-        state.remainder = plan.last_round_real if padded else -1
-        state.round_size = plan.last_round_size if padded else -1
+        for index, part in enumerate(parts, start=1):
+            self.end_of_dataloader = part.is_last
+            if part.is_last and not self._drop_last:
+                self.remainder = part.global_size
+            if index > skip:
+                self.batches_yielded = index
+                yield self._to_device(part.batch)
+
+    def _to_device(self, batch: Any) -> Any:
+        if self.device is None:
+            return batch
+        return send_to_device(batch, self.device, non_blocking=self.non_blocking)
+
+    def _synchronized_generator(self) -> torch.Generator | None:
+        """The generator "generator" in rng_types refers to: the dataset's own (a stream that shuffles)
+        or the one given to the DataLoader; shuffling of map-style data already uses one agreed seed."""
+        generator = getattr(self.dataset, "generator", None)
+        if isinstance(generator, torch.Generator):
+            return generator
+        return self.base_loader.generator
+
+    def _begin(self) -> None:
+        """Accelerate's remainder: samples in the last round, known from the start of the pass."""
+        self.end_of_dataloader = False
+        self.remainder = -1
+        if not self._drop_last and not self.is_iterable:
+            try:
+                self.remainder = len(self.dataset) % (self.total_batch_size or 1)
+            except TypeError:
+                pass
+        self.gradient_state._add_dataloader(self)
 
     def _end_epoch(self) -> None:
         self.batches_yielded = 0
@@ -201,11 +240,7 @@ class DataLoaderShard:
         self._explicit_epoch = False
 
     def _leave(self) -> None:
-        if self in self.gradient_state.loaders:
-            self.gradient_state.loaders.remove(self)
-        if not self.gradient_state.loaders:
-            self.gradient_state.end_of_dataloader = False
-            self.gradient_state.remainder = -1
+        self.gradient_state._remove_dataloader(self)
 
     def _loader_kwargs(self) -> dict[str, Any]:
         base = self.base_loader

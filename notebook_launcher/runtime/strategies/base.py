@@ -15,7 +15,6 @@ import torch
 from torch import nn
 
 from ...config import LaunchConfig
-from ..checkpoint import load_full_model_files, save_full_model_files
 from ..precision import Precision
 from ..state import ProcessState
 
@@ -111,11 +110,17 @@ class Strategy:
         optimizer.load_state_dict(state_dict)
 
     def save_training_state(self, folder: Path, models: list[nn.Module], optimizers: list[Any]) -> None:
-        """Write model and optimizer state into a checkpoint folder (called on every rank)."""
-        save_full_model_files(folder, models, optimizers, self, self.state.is_main_process)
+        """Sharded strategies write their model and optimizer files here (called on every rank). The
+        default layout (full state dicts in Accelerate's file names) is written by checkpoint.py."""
+        raise NotImplementedError
 
     def load_training_state(self, folder: Path, models: list[nn.Module], optimizers: list[Any]) -> None:
-        load_full_model_files(folder, models, optimizers, self)
+        raise NotImplementedError
+
+    @property
+    def uses_default_checkpoint_files(self) -> bool:
+        """True unless this strategy writes its own model/optimizer files (save_training_state)."""
+        return type(self).save_training_state is Strategy.save_training_state
 
     @property
     def saves_on_every_rank(self) -> bool:

@@ -1,0 +1,21 @@
+"""`accelerate.state`'s names: `from notebook_launcher.state import PartialState, AcceleratorState,
+GradientState`. A thin, lazy face over the runtime (torch loads on first use)."""
+
+from __future__ import annotations
+
+from ._lazy import face
+
+_LAZY = dict.fromkeys(
+    ("AcceleratorState", "DistributedType", "GradientState", "PartialState"), "notebook_launcher.runtime"
+)
+_UNSUPPORTED = {
+    "ThreadLocalSharedDict": "an Accelerate internal; the state objects here are plain per-process singletons",
+    "SharedDict": "an Accelerate internal; the state objects here are plain per-process singletons",
+}
+
+__getattr__ = face("notebook_launcher.state", globals(), _LAZY, _UNSUPPORTED)
+__all__ = sorted(_LAZY)
+
+
+def __dir__() -> list[str]:
+    return __all__

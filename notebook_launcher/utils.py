@@ -1,0 +1,111 @@
+"""`accelerate.utils`'s names, for code moving over with its imports changed:
+`from accelerate.utils import X` becomes `from notebook_launcher.utils import X`.
+
+A thin, lazy face (torch loads on first use). Names we do not support raise an ImportError saying
+what to use instead; docs/migrating-from-accelerate.md has the whole table.
+"""
+
+from __future__ import annotations
+
+from ._lazy import face
+
+_RUNTIME = "notebook_launcher.runtime"
+_OPS = "notebook_launcher.runtime.ops"
+_UTILITIES = "notebook_launcher.runtime.utilities"
+
+_LAZY = {
+    **dict.fromkeys(
+        (
+            "AutocastKwargs",
+            "DataLoaderConfiguration",
+            "DeepSpeedPlugin",
+            "DistributedDataParallelKwargs",
+            "DistributedType",
+            "DynamoBackend",
+            "FullyShardedDataParallelPlugin",
+            "GradScalerKwargs",
+            "GradientAccumulationPlugin",
+            "InitProcessGroupKwargs",
+            "KwargsHandler",
+            "PrecisionType",
+            "ProfileKwargs",
+            "ProjectConfiguration",
+            "RNGType",
+            "TorchDynamoPlugin",
+            "find_executable_batch_size",
+            "release_memory",
+            "set_seed",
+            "skip_first_batches",
+            "synchronize_rng_state",
+            "synchronize_rng_states",
+        ),
+        _RUNTIME,
+    ),
+    **dict.fromkeys(
+        (
+            "broadcast",
+            "broadcast_object_list",
+            "concatenate",
+            "convert_to_fp32",
+            "gather",
+            "gather_object",
+            "pad_across_processes",
+            "recursively_apply",
+            "reduce",
+            "send_to_device",
+        ),
+        _OPS,
+    ),
+    **dict.fromkeys(
+        (
+            "extract_model_from_parallel",
+            "is_bf16_available",
+            "is_cuda_available",
+            "is_deepspeed_available",
+            "is_torchao_available",
+            "patch_environment",
+            "wait_for_everyone",
+        ),
+        _UTILITIES,
+    ),
+    "should_reduce_batch_size": "notebook_launcher.runtime.memory",
+}
+
+_BIG_MODEL = (
+    "big-model inference (device maps, offloading) is not supported; load with transformers' device_map"
+)
+_UNSUPPORTED = {
+    "LoggerType": "experiment trackers come with the trackers module; accelerator.log() sends metrics to the notebook",
+    "MegatronLMPlugin": "Megatron-LM is not supported; use FullyShardedDataParallelPlugin or DeepSpeedPlugin",
+    "TorchTensorParallelPlugin": "tensor parallelism is not supported; use FullyShardedDataParallelPlugin",
+    "TorchContextParallelConfig": "context parallelism is not supported; use FullyShardedDataParallelPlugin",
+    "TorchTensorParallelConfig": "tensor parallelism is not supported; use FullyShardedDataParallelPlugin",
+    "ParallelismConfig": "ParallelismConfig (TP/CP/PP) is not supported; use FullyShardedDataParallelPlugin",
+    "DDPCommunicationHookType": "DDP communication hooks are not supported; gradients are all-reduced in full precision",
+    "AORecipeKwargs": "fp8 runs through torchao with its default recipe (mixed_precision='fp8')",
+    "TERecipeKwargs": "Transformer Engine fp8 is not supported; mixed_precision='fp8' uses torchao",
+    "BnbQuantizationConfig": "bitsandbytes quantisation is not supported",
+    "load_and_quantize_model": "bitsandbytes quantisation is not supported",
+    "DummyOptim": "define the optimizer in Python and pass it to prepare(); a DeepSpeed config's optimizer block is read by the engine",
+    "DummyScheduler": "define the scheduler in Python and pass it to prepare()",
+    "infer_auto_device_map": _BIG_MODEL,
+    "load_checkpoint_in_model": _BIG_MODEL,
+    "get_balanced_memory": _BIG_MODEL,
+    "get_max_memory": _BIG_MODEL,
+    "offload_state_dict": _BIG_MODEL,
+    "merge_fsdp_weights": "save with accelerator.save_model() (gathers the full weights) or fsdp_state_dict_type FULL_STATE_DICT",
+    "write_basic_config": "write a config with `notebook-launcher config` (Accelerate's config files also load as they are)",
+    "save": "use accelerator.save(obj, path) (writes on the main process only)",
+    "load": "use torch.load",
+    "tqdm": "use tqdm(..., disable=not accelerator.is_local_main_process)",
+    "ComputeEnvironment": "only the local machine (and its cluster launches) is supported; SageMaker is not",
+    "SageMakerDistributedType": "SageMaker is not supported",
+    "install_xla": "TPUs are not supported",
+}
+
+__getattr__ = face("notebook_launcher.utils", globals(), _LAZY, _UNSUPPORTED)
+__all__ = sorted(_LAZY)
+
+
+def __dir__() -> list[str]:
+    return __all__
