@@ -177,7 +177,8 @@ def train_and_save_model(folder: str, **accelerator_kwargs) -> dict:
         acc.backward(nn.functional.mse_loss(model(x), y))
         opt.step()
         opt.zero_grad()
-    path = acc.save_model(model, folder)
+    acc.save_model(model, folder)
+    path = Path(folder) / "model.safetensors"  # Accelerate's save_model layout
     weights = acc.get_state_dict(model)
     acc.end_training()
     return {"path": str(path), "weights": weights}

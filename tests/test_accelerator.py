@@ -221,10 +221,12 @@ def test_process_helpers_in_a_single_process():
 
 
 def test_save_model_writes_unwrapped_weights(tmp_path):
+    from safetensors.torch import load_file
+
     acc = Accelerator()
     model = acc.prepare(nn.Linear(3, 2))
-    path = acc.save_model(model, tmp_path / "out")
-    state = torch.load(path)
+    acc.save_model(model, tmp_path / "out")
+    state = load_file(tmp_path / "out" / "model.safetensors")
     assert set(state) == {"weight", "bias"} and torch.equal(state["weight"], model.weight.detach())
 
 

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from trainers import gather_eval_indices, train_with_checkpoint
 
 from notebook_launcher import notebook_launch
@@ -22,22 +23,21 @@ def test_resumed_run_ends_with_the_same_weights(tmp_path):
     )
     assert stopped[0] == {"stopped": True}
     files = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
-    assert files == [
+    assert files == [  # Accelerate's layout (the loader positions ride in random_states_*.pkl)
         "custom_checkpoint_0.pkl",
-        "dataloader_0.json",
-        "model_0.bin",
-        "optimizer_0.bin",
+        "model.safetensors",
+        "optimizer.bin",
         "random_states_0.pkl",
         "random_states_1.pkl",
-        "scheduler_0.bin",
+        "scheduler.bin",
     ]
     assert not list(tmp_path.glob(".ckpt*")), "no temporary folder left behind"
     resumed = notebook_launch(train_with_checkpoint, args=(folder, None, True), num_processes=2, quiet=True)
     for name, want in whole[0].items():
         torch.testing.assert_close(resumed[0][name], want, atol=1e-6, rtol=0, msg=name)
     # the checkpoint really was mid-run: its weights are not the final ones
-    saved = torch.load(tmp_path / "ckpt" / "model_0.bin")
-    assert not torch.allclose(saved["0.weight"], whole[0]["0.weight"])
+    saved = load_file(tmp_path / "ckpt" / "model.safetensors")
+    assert not torch.allclose(saved["module.0.weight"], whole[0]["0.weight"])  # DDP's key, as Accelerate
 
 
 def test_a_checkpoint_overwrites_atomically(tmp_path):
@@ -48,11 +48,11 @@ def test_a_checkpoint_overwrites_atomically(tmp_path):
     model = acc.prepare(torch.nn.Linear(2, 2))
     target = tmp_path / "ckpt"
     acc.save_state(target)
-    first = torch.load(target / "model_0.bin")
+    first = load_file(target / "model.safetensors")
     with torch.no_grad():
         model.weight.add_(1.0)
     acc.save_state(target)
-    second = torch.load(target / "model_0.bin")
+    second = load_file(target / "model.safetensors")
     assert torch.equal(second["weight"], first["weight"] + 1.0)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
     reset_state()

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from notebook_launcher import Accelerator, set_seed
+from notebook_launcher import Accelerator, DataLoaderConfiguration, set_seed
 
 
 def regression_data(n: int = 128, features: int = 10) -> TensorDataset:
@@ -45,7 +45,10 @@ def train_regression(
 ) -> dict[str, torch.Tensor]:
     """The same loop through Accelerator; returns the final weights (every rank)."""
     set_seed(7)
-    acc = Accelerator(gradient_accumulation_steps=accumulation, split_batches=split_batches)
+    acc = Accelerator(
+        gradient_accumulation_steps=accumulation,
+        dataloader_config=DataLoaderConfiguration(split_batches=split_batches),
+    )
     model = regression_model()
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     loader = DataLoader(regression_data(), batch_size=batch_size, shuffle=shuffle)

@@ -164,9 +164,10 @@ def _accumulation(plugin: Any, steps: int | None) -> GradientAccumulationPlugin:
         )
     if plugin is not None:
         return plugin
-    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)):
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
         raise ConfigError(
-            f"gradient_accumulation_steps={steps!r} has the wrong type; expected a whole number >= 1."
+            f"gradient_accumulation_steps={steps!r} must be a whole number >= 1 (1 means: step the optimizer "
+            "every batch)."
         )
     return GradientAccumulationPlugin(num_steps=steps)
 

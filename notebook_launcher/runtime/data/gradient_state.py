@@ -26,8 +26,8 @@ class GradientState:
         self.__dict__ = self._shared_state
         if not self._shared_state:
             self.sync_gradients = True
-            self.plugin_kwargs: dict[str, Any] = {}
-            self._loader_refs: list[weakref.ref] = []
+            self.plugin_kwargs = {}
+            self._loader_refs = []
         if gradient_accumulation_plugin is not None:
             self.plugin_kwargs = gradient_accumulation_plugin.to_kwargs()
 
@@ -36,6 +36,14 @@ class GradientState:
         return bool(self._shared_state)
 
     # ------------------------------------------------------------- accumulation
+    @property
+    def plugin_kwargs(self) -> dict[str, Any]:
+        return self.__dict__.get("_plugin_kwargs", {})
+
+    @plugin_kwargs.setter
+    def plugin_kwargs(self, value: dict[str, Any]) -> None:
+        self._plugin_kwargs = dict(value)
+
     @property
     def num_steps(self) -> int:
         return int(self.plugin_kwargs.get("num_steps") or 1)
@@ -59,7 +67,7 @@ class GradientState:
     # ------------------------------------------------------------------ loaders
     @property
     def dataloader_references(self) -> list[Any]:
-        return [ref() for ref in self._loader_refs if ref() is not None]
+        return [ref() for ref in self._refs() if ref() is not None]
 
     @property
     def active_dataloader(self) -> Any:
@@ -80,11 +88,15 @@ class GradientState:
         loader = self.active_dataloader
         return -1 if loader is None else int(loader.remainder)
 
+    def _refs(self) -> list[weakref.ref]:
+        # .get: a loop still running when the state was reset (end_training inside it) finds none
+        return self.__dict__.get("_loader_refs", [])
+
     def _add_dataloader(self, loader: Any) -> None:
-        self._loader_refs = [*self._loader_refs, weakref.ref(loader)]
+        self._loader_refs = [*self._refs(), weakref.ref(loader)]
 
     def _remove_dataloader(self, loader: Any) -> None:
-        self._loader_refs = [ref for ref in self._loader_refs if ref() is not None and ref() is not loader]
+        self._loader_refs = [ref for ref in self._refs() if ref() is not None and ref() is not loader]
 
     def __repr__(self) -> str:
         return (
