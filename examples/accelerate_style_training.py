@@ -29,7 +29,9 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--library", choices=("notebook_launcher", "accelerate"), default="notebook_launcher")
 parser.add_argument("--project_dir", required=True)
 parser.add_argument("--epochs", type=int, default=3)
-parser.add_argument("--stop_after_saves", type=int, default=0, help="exit after this many checkpoints (0: never)")
+parser.add_argument(
+    "--stop_after_saves", type=int, default=0, help="exit after this many checkpoints (0: never)"
+)
 parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
 parser.add_argument("--losses", default=None, help="append one JSON line per batch: epoch, step, loss")
 parser.add_argument("--log_with", default=None, help="an experiment tracker, e.g. tensorboard")
@@ -37,7 +39,12 @@ args = parser.parse_args()
 
 if args.library == "accelerate":
     from accelerate import Accelerator
-    from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration, set_seed
+    from accelerate.utils import (
+        DataLoaderConfiguration,
+        GradientAccumulationPlugin,
+        ProjectConfiguration,
+        set_seed,
+    )
 else:
     from notebook_launcher import Accelerator
     from notebook_launcher.utils import (

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -131,8 +132,8 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI):
         self._dataloaders: list[DataLoaderShard] = []
         self._custom_objects: list[Any] = []
         self._prepared_ids: set[int] = set()
-        self._save_model_state_pre_hook: dict[int, Any] = {}
-        self._load_model_state_pre_hook: dict[int, Any] = {}
+        self._save_model_state_pre_hook: OrderedDict[int, Any] = OrderedDict()  # RemovableHandle needs
+        self._load_model_state_pre_hook: OrderedDict[int, Any] = OrderedDict()  # a weak-referenceable dict
         if self.config.seed is not None:
             set_seed(self.config.seed)
 
