@@ -1,7 +1,6 @@
 """The env contract in both directions, with HuggingFace Accelerate itself: `accelerate launch` configures
 our Accelerator; our launches configure HF's Accelerator. And Accelerate's config files load quietly."""
 
-import sys
 import warnings
 from pathlib import Path
 
