@@ -115,9 +115,12 @@ def save_state(
     ranks.wait_for_everyone()
     strategy = objects.strategy
     default_files = strategy.uses_default_checkpoint_files
-    weights = [model.state_dict() for model in objects.models] if default_files else []
+    # As Accelerate: the hooks see the user's modules (inside DDP) and their state dicts, keyed
+    # without the wrapper's `module.` prefix; sharded strategies save their own way.
+    models = [strategy.unwrap_model(m) for m in objects.models] if default_files else list(objects.models)
+    weights = [strategy.model_state_dict(model) for model in objects.models] if default_files else []
     for hook in objects.save_hooks:
-        hook(objects.models, weights, str(partial))
+        hook(models, weights, str(partial))
     if default_files:
         opt_states = [
             strategy.optimizer_state_dict(o, objects.models[0] if objects.models else None)
@@ -183,10 +186,11 @@ def load_state(objects: TrainingObjects, ranks: Ranks, input_dir: str | os.PathL
             f"Checkpoint folder {str(folder)!r} does not exist; pass the folder save_state wrote."
         )
     strategy = objects.strategy
-    models = list(objects.models)
+    default_files = strategy.uses_default_checkpoint_files
+    models = [strategy.unwrap_model(m) for m in objects.models] if default_files else list(objects.models)
     for hook in objects.load_hooks:
         hook(models, str(folder))
-    if strategy.uses_default_checkpoint_files:
+    if default_files:
         _load_full_model_files(folder, models, objects)
     else:
         strategy.load_training_state(folder, objects.models, objects.optimizers)
