@@ -5,12 +5,16 @@ from __future__ import annotations
 
 from ._lazy import face
 
-_LAZY = dict.fromkeys(
-    ("AcceleratorState", "DistributedType", "GradientState", "PartialState"), "notebook_launcher.runtime"
-)
+_LAZY = {
+    **dict.fromkeys(
+        ("AcceleratorState", "DistributedType", "GradientState", "PartialState"), "notebook_launcher.runtime"
+    ),
+    "is_initialized": "notebook_launcher.runtime.shared_state",
+}
 _UNSUPPORTED = {
     "ThreadLocalSharedDict": "an Accelerate internal; the state objects here are plain per-process singletons",
     "SharedDict": "an Accelerate internal; the state objects here are plain per-process singletons",
+    "do_nothing": "an Accelerate internal (what on_main_process returns on other processes)",
 }
 
 __getattr__ = face("notebook_launcher.state", globals(), _LAZY, _UNSUPPORTED)

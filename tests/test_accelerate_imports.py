@@ -271,3 +271,15 @@ def test_state_objects_are_shared_like_accelerates():
     assert GradientState().num_steps == 3 and GradientState() is not acc.gradient_state
     assert AcceleratorState().distributed_type == acc.distributed_type == "NO"
     assert PartialState().num_processes == 1 and PartialState().is_main_process
+
+
+def test_the_readme_accelerator_example_runs(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    code = readme.split("## `Accelerator`", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(code, scope)
+    acc = scope["accelerator"]
+    assert acc.gradient_accumulation_steps == 4 and acc.project_configuration.total_limit == 2

@@ -17,16 +17,43 @@ SCRIPT = str(Path(__file__).resolve().parent.parent / "examples" / "accelerate_s
 
 
 def _run_accelerate(tmp_path: Path, extra: list[str]) -> None:
-    args = ["--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
-            "--dynamo_backend", "no", "--main_process_port", str(free_port()), SCRIPT, "--library", "accelerate",
-            "--project_dir", str(tmp_path / "accelerate"), "--losses", str(tmp_path / "accelerate.jsonl"), *extra]
+    args = [
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(free_port()),
+        SCRIPT,
+        "--library",
+        "accelerate",
+        "--project_dir",
+        str(tmp_path / "accelerate"),
+        "--losses",
+        str(tmp_path / "accelerate.jsonl"),
+        *extra,
+    ]
     result = accelerate_launch(args, cwd=tmp_path, env=accelerate_env(tmp_path))
     assert result.returncode == 0, explain(result)
 
 
 def _run_ours(tmp_path: Path, extra: list[str]) -> None:
-    args = ["launch", "--num_processes", "2", SCRIPT, "--project_dir", str(tmp_path / "ours"),
-            "--losses", str(tmp_path / "ours.jsonl"), *extra]
+    args = [
+        "launch",
+        "--num_processes",
+        "2",
+        SCRIPT,
+        "--project_dir",
+        str(tmp_path / "ours"),
+        "--losses",
+        str(tmp_path / "ours.jsonl"),
+        *extra,
+    ]
     # OMP_NUM_THREADS=1 as accelerate launch sets it: the same kernels with the same thread count
     result = run_cli(args, cwd=tmp_path, env=cli_env(tmp_path, OMP_NUM_THREADS="1"), timeout=240)
     assert result.returncode == 0, explain(result)
@@ -66,7 +93,9 @@ def test_same_loss_at_every_step(runs):
         worst = max(worst, abs(a["loss"] - b["loss"]))
         assert math.isclose(a["loss"], b["loss"], rel_tol=0, abs_tol=tolerance), (a, b)
     signal = min(abs(x["loss"] - y["loss"]) for x, y in zip(theirs, theirs[1:]))
-    assert signal > 1000 * 4 * eps * max(abs(r["loss"]) for r in theirs), "the test could not tell steps apart"
+    assert signal > 1000 * 4 * eps * max(abs(r["loss"]) for r in theirs), (
+        "the test could not tell steps apart"
+    )
     print(f"largest loss difference accelerate vs notebook_launcher: {worst:.3g}")
 
 
@@ -85,4 +114,6 @@ def test_same_weights_in_the_checkpoints_and_the_saved_model(runs):
         assert sorted(theirs) == sorted(ours), name  # same keys (the user's module's, no DDP prefix)
         for key in theirs:
             # weights: the same argument as the losses, per element (4 ulp of the value)
-            torch.testing.assert_close(ours[key], theirs[key], rtol=4 * torch.finfo(torch.float32).eps, atol=0)
+            torch.testing.assert_close(
+                ours[key], theirs[key], rtol=4 * torch.finfo(torch.float32).eps, atol=0
+            )

@@ -162,3 +162,8 @@ class AcceleratorState(PartialState):
         if process is not None and not name.startswith("_") and hasattr(process, name):
             return getattr(process, name)
         raise AttributeError(f"'AcceleratorState' object has no attribute {name!r}")
+
+
+def is_initialized() -> bool:
+    """Whether an Accelerator (or AcceleratorState) has set up this process's state (Accelerate's helper)."""
+    return bool(AcceleratorState._shared_state)
