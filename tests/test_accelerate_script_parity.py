@@ -92,7 +92,7 @@ def test_same_loss_at_every_step(runs):
         tolerance = 4 * eps * abs(a["loss"])
         worst = max(worst, abs(a["loss"] - b["loss"]))
         assert math.isclose(a["loss"], b["loss"], rel_tol=0, abs_tol=tolerance), (a, b)
-    signal = min(abs(x["loss"] - y["loss"]) for x, y in zip(theirs, theirs[1:]))
+    signal = min(abs(x["loss"] - y["loss"]) for x, y in zip(theirs, theirs[1:], strict=False))
     assert signal > 1000 * 4 * eps * max(abs(r["loss"]) for r in theirs), (
         "the test could not tell steps apart"
     )
