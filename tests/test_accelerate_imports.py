@@ -283,3 +283,12 @@ def test_the_readme_accelerator_example_runs(tmp_path, monkeypatch):
     exec(code, scope)
     acc = scope["accelerator"]
     assert acc.gradient_accumulation_steps == 4 and acc.project_configuration.total_limit == 2
+
+
+def test_one_process_gets_the_loaders_batches_unchanged():
+    from torch.utils.data import DataLoader
+    from trainers import IndexDataset
+
+    acc = Accelerator()
+    batches = [b.flatten().long().tolist() for b in acc.prepare(DataLoader(IndexDataset(5), batch_size=2))]
+    assert batches == [[0, 1], [2, 3], [4]]  # Accelerate does not shard (or pad) a world of one
