@@ -92,6 +92,15 @@ def test_accelerate_launch_variables_become_our_launch_config(argv, expected, tm
         assert value == want, (path, variables)
 
 
+def test_accelerate_launchs_dynamo_flags_work_on_our_cli():
+    from notebook_launcher.cli.flags import launch_parser
+    from notebook_launcher.cli.resolve import flag_overrides
+
+    args = launch_parser().parse_args(["--dynamo_backend", "eager", "--dynamo_use_fullgraph", "true", "s.py"])
+    dynamo = LaunchConfig().replace(**flag_overrides(args)).dynamo_config
+    assert (dynamo.dynamo_backend, dynamo.dynamo_use_fullgraph, dynamo.enabled) == ("EAGER", True, True)
+
+
 def test_accelerate_use_cpu_means_use_cpu():
     assert config_from_env({"ACCELERATE_USE_CPU": "True", "ACCELERATE_MIXED_PRECISION": "no"}).use_cpu
     assert not config_from_env({"ACCELERATE_USE_CPU": "False", "ACCELERATE_MIXED_PRECISION": "no"}).use_cpu

@@ -21,6 +21,7 @@ def test_every_flag_lands_on_a_real_config_field():
     sections = {
         "fsdp_config": {f.name for f in dataclasses.fields(LaunchConfig().fsdp_config)},
         "deepspeed_config": {f.name for f in dataclasses.fields(LaunchConfig().deepspeed_config)},
+        "dynamo_config": {f.name for f in dataclasses.fields(LaunchConfig().dynamo_config)},
     }
     for flag in FLAGS:
         if flag.key is None:

@@ -16,6 +16,8 @@ from typing import Any
 
 from ..config.launch_config import MIXED_PRECISIONS, RDZV_BACKENDS
 from ..config.sections import (
+    DYNAMO_BACKENDS,
+    DYNAMO_MODES,
     FSDP_BACKWARD_PREFETCH,
     FSDP_SHARDING_STRATEGIES,
     FSDP_STATE_DICT_TYPES,
@@ -249,6 +251,15 @@ FLAGS: tuple[Flag, ...] = (
     Flag("mixed_precision", "Mixed precision.", "mixed_precision", choice(MIXED_PRECISIONS), group=_TRAIN),
     Flag("gradient_accumulation_steps", "Batches per optimizer step.", "gradient_accumulation_steps", count(1),
          group=_TRAIN),
+    Flag("dynamo_backend", "torch.compile the model in prepare() with this backend (no: off).",
+         "dynamo_config.dynamo_backend", choice(tuple(b.lower() for b in DYNAMO_BACKENDS)), group=_TRAIN),
+    Flag("dynamo_mode", "torch.compile mode.", "dynamo_config.dynamo_mode", choice(DYNAMO_MODES), group=_TRAIN),
+    Flag("dynamo_use_fullgraph", "torch.compile with fullgraph=True.", "dynamo_config.dynamo_use_fullgraph",
+         boolean, group=_TRAIN),
+    Flag("dynamo_use_dynamic", "torch.compile with dynamic shapes.", "dynamo_config.dynamo_use_dynamic", boolean,
+         group=_TRAIN),
+    Flag("dynamo_use_regional_compilation", "Compile each repeated block once.",
+         "dynamo_config.dynamo_use_regional_compilation", boolean, group=_TRAIN),
     Flag("config_file", "Config file (default: the per-user one, when it exists).", metavar="FILE",
          group=_OTHER),
     Flag("generate_config", "Ask the config questions first and write --config_file.", switch=True,
