@@ -69,13 +69,13 @@ _LAZY = {
         _UTILITIES,
     ),
     "should_reduce_batch_size": "notebook_launcher.runtime.memory",
+    "LoggerType": "notebook_launcher.config.enums",
 }
 
 _BIG_MODEL = (
     "big-model inference (device maps, offloading) is not supported; load with transformers' device_map"
 )
 _UNSUPPORTED = {
-    "LoggerType": "experiment trackers come with the trackers module; accelerator.log() sends metrics to the notebook",
     "MegatronLMPlugin": "Megatron-LM is not supported; use FullyShardedDataParallelPlugin or DeepSpeedPlugin",
     "TorchTensorParallelPlugin": "tensor parallelism is not supported; use FullyShardedDataParallelPlugin",
     "TorchContextParallelConfig": "context parallelism is not supported; use FullyShardedDataParallelPlugin",

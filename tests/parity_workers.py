@@ -103,16 +103,6 @@ def data_features() -> dict:
     return out
 
 
-def rng_sync(rng_types) -> list[float]:
-    """torch's RNG seeded differently per rank, then a pass over a prepared loader: the next draws."""
-    set_seed(3, device_specific=True)
-    kwargs = {} if rng_types is None else {"rng_types": rng_types}
-    acc = Accelerator(**kwargs)
-    for _ in acc.prepare(DataLoader(IndexDataset(4), batch_size=2)):
-        pass
-    return torch.rand(3).tolist()
-
-
 # -------------------------------------------------------------------------------------- training
 def _rank_data(acc: Accelerator, n: int = 6) -> DataLoader:
     g = torch.Generator().manual_seed(0)

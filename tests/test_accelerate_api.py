@@ -15,7 +15,6 @@ from parity_workers import (
     fsdp_plugin_step,
     partial_state_alone,
     profile_features,
-    rng_sync,
     save_model_features,
     uneven_with_join,
 )
@@ -96,13 +95,6 @@ def test_non_blocking_is_accepted(data):
 def test_skip_first_batches_starts_the_next_pass_later(data):
     assert data[0]["skipped"] == [[8, 9]] and data[1]["skipped"] == [[10, 11]]
     assert data[0]["after_skip"] == [[0, 1], [4, 5], [8, 9]]  # only the next pass skips
-
-
-def test_rng_types_torch_synchronises_the_global_generator_each_epoch():
-    synced = run(rng_sync, ["torch"])
-    default = run(rng_sync, None)
-    assert synced[0] == synced[1]
-    assert default[0] != default[1]  # seeded per rank (device_specific) and left alone
 
 
 # ----------------------------------------------------------------------- gradient accumulation

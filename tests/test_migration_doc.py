@@ -1,6 +1,6 @@
 """docs/migrating-from-accelerate.md's table of names is true: every supported (or differing) name
 imports from our module, every unsupported one raises an ImportError with advice, and every public
-name of `accelerate` and `accelerate.state` is in the table."""
+name of `accelerate`, `accelerate.state` and `accelerate.tracking` is in the table."""
 
 import importlib
 import re
@@ -10,11 +10,14 @@ from pathlib import Path
 import pytest
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "migrating-from-accelerate.md"
-ROW = re.compile(r"^\| `(accelerate(?:\.utils|\.state)?)\.(\w+)` \| (supported|differs|not supported) \|")
+ROW = re.compile(
+    r"^\| `(accelerate(?:\.utils|\.state|\.tracking)?)\.(\w+)` \| (supported|differs|not supported) \|"
+)
 OURS = {
     "accelerate": "notebook_launcher",
     "accelerate.utils": "notebook_launcher.utils",
     "accelerate.state": "notebook_launcher.state",
+    "accelerate.tracking": "notebook_launcher.tracking",
 }
 
 
@@ -37,7 +40,7 @@ def test_each_row_holds(module, name, status):
         assert getattr(ours, name) is not None
 
 
-@pytest.mark.parametrize("module", ["accelerate", "accelerate.state"])
+@pytest.mark.parametrize("module", ["accelerate", "accelerate.state", "accelerate.tracking"])
 def test_every_public_name_of_accelerate_is_in_the_table(module):
     theirs = importlib.import_module(module)
     public = {

@@ -6,9 +6,9 @@ streamed per rank, failures with the remote traceback, nothing left behind.
 
 Where the two differ: num_processes=None uses every GPU (or 2 CPU processes) instead of raising;
 the default use_port="29500" on one machine means "any free port" (two launches in a row never
-collide); rdzv_backend "c10d" and "static" both rendezvous at master_addr:port (ours hosts the
-store), rdzv_conf and rdzv_id are not needed; max_restarts > 0 and log_line_prefix_template are
-not honoured by the notebook launcher and say so in one line.
+collide); rdzv_conf and rdzv_id are not needed (the launcher hosts the rendezvous store). Settings
+only torchrun's agent can apply (rdzv_backend="c10d", max_restarts > 0, another monitor_interval)
+and log_line_prefix_template are refused with the fix, as notebook_launch refuses them.
 """
 
 from __future__ import annotations
@@ -67,13 +67,11 @@ def notebook_launcher(
         raise ConfigError(f"rdzv_backend={rdzv_backend!r} is not valid; use 'static' or 'c10d'.")
     if node_rank >= num_nodes:
         raise ConfigError(f"node_rank={node_rank} must be less than num_nodes={num_nodes}.")
-    if max_restarts:
-        print(
-            f"notebook_launcher: max_restarts={max_restarts} is not honoured in a notebook (a failing rank ends "
-            "the run); use `notebook-launcher launch --max_restarts N` for elastic restarts."
-        )
     if log_line_prefix_template is not None:
-        print("notebook_launcher: log_line_prefix_template is not honoured; each line is prefixed [rankN].")
+        raise ConfigError(
+            f"log_line_prefix_template={log_line_prefix_template!r} cannot be applied: each line of a rank's "
+            "output is prefixed [rankN] (and kept apart in result.logs). Leave it unset."
+        )
     address, port = _endpoint(rdzv_endpoint, master_addr, _port(use_port, num_nodes))
     return notebook_launch(
         function,
@@ -85,6 +83,7 @@ def notebook_launcher(
         master_addr=address if (num_nodes > 1 or rdzv_endpoint) else None,
         master_port=port,
         rdzv_backend=rdzv_backend,
+        max_restarts=max_restarts,
         monitor_interval=monitor_interval,
     )
 

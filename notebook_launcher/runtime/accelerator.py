@@ -27,11 +27,11 @@ from .data import DataLoaderShard, GradientState
 from .kwargs import AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs
 from .precision import Precision
 from .process_api import ProcessAPI
+from .rng_sync import check_rng_types
 from .saving_api import SavingAPI
 from .seed import set_seed
 from .shared_state import AcceleratorState, resolve_distributed_type
 from .state import get_state
-from .rng_sync import check_rng_types
 from .strategies import strategy_class
 from .tracking_api import TrackingAPI
 from .wrappers import AcceleratedOptimizer, AcceleratedScheduler

@@ -17,9 +17,9 @@ from torch.utils.hooks import RemovableHandle
 
 from ..errors import AcceleratorError
 from . import checkpoint, model_files
-from .safe_files import save_safetensors
 from . import checkpoint_naming as naming
 from .precision import Precision
+from .safe_files import save_safetensors
 from .state import reset_state, teardown_on_end
 
 
@@ -57,18 +57,22 @@ class SavingAPI:
         save_directory: str | os.PathLike[str],
         max_shard_size: int | str = "10GB",
         safe_serialization: bool = True,
-    ) -> None:
+    ) -> Path:
         """Save the full (unwrapped, gathered) weights in HuggingFace's layout: `model.safetensors`, or
-        `pytorch_model.bin` with safe_serialization=False; shards plus an index json above max_shard_size."""
+        `pytorch_model.bin` with safe_serialization=False; shards plus an index json above
+        max_shard_size. Returns the weights file (the index when sharded); Accelerate returns None."""
         folder = Path(save_directory)
         if folder.is_file():
             raise AcceleratorError(f"save_model needs a directory; {str(folder)!r} is a file.")
         state = self.get_state_dict(model)
+        written: list[Path] = []
         if self.is_main_process:
-            model_files.write_model_files(
+            written = model_files.write_model_files(
                 state, folder, max_shard_size=max_shard_size, safe_serialization=safe_serialization
             )
         self.wait_for_everyone()
+        default = folder / (model_files.SAFE_WEIGHTS_NAME if safe_serialization else model_files.WEIGHTS_NAME)
+        return written[-1] if written else default
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Include objects with state_dict()/load_state_dict() in save_state and load_state."""
