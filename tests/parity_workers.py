@@ -268,7 +268,7 @@ def fsdp_plugin_step() -> dict:
         "distributed_type": str(acc.distributed_type),
         "reshard_after_forward": acc.config.fsdp_config.fsdp_reshard_after_forward,
         "sharded": type(weight).__name__ == "DTensor",
-        "full_rows": acc.get_state_dict(model)["0.weight"].shape[0],
+        "full_rows": acc.get_state_dict(model).get("0.weight", torch.empty(0)).shape[0],  # rank 0 only
     }
 
 

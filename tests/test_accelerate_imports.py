@@ -226,9 +226,12 @@ def test_deepspeed_plugin_maps_onto_the_deepspeed_config(tmp_path):
 
 
 # ------------------------------------------------------------------------- find_executable_batch_size
-def test_find_executable_batch_size_follows_accelerate():
+def test_find_executable_batch_size_follows_accelerate(monkeypatch):
+    import notebook_launcher.runtime.memory as memory
     from notebook_launcher.utils import find_executable_batch_size
 
+    collections = []  # gc.collect before the first try and after each out-of-memory error, as Accelerate
+    monkeypatch.setattr(memory.gc, "collect", lambda: collections.append(1))
     tried = []
 
     @find_executable_batch_size(starting_batch_size=128)
@@ -241,6 +244,7 @@ def test_find_executable_batch_size_follows_accelerate():
         return batch_size * scale
 
     assert train(2) == 184 and tried == [128, 115, 103, 92]  # int(x * 0.9) each time
+    assert len(collections) == 1 + 3
     assert train(1) == 92 and tried[-1] == 92  # the size that worked is remembered
 
     @find_executable_batch_size(starting_batch_size=8)
