@@ -1,9 +1,11 @@
 """The parent<->worker messages: results, failures, metrics and progress over one pipe per rank.
 
 Output does not travel here: each worker's file descriptors 1 and 2 are pipes the parent reads,
-so C-level writes are captured too. Messages are pickled tuples `(kind, payload)`; return values
-and exceptions inside them are cloudpickled, so notebook-defined classes survive the trip. Every
-GPU tensor in a message is moved to the CPU here, in the worker (host_pickle.py says why).
+so C-level writes are captured too. Messages are pickled tuples `(kind, payload)` of plain data;
+user objects inside them (return values, exceptions, each logged metric value) are cloudpickled
+one by one, so notebook-defined classes survive the trip and one object the parent cannot load
+spoils nothing else. Every GPU tensor in a message is moved to the CPU here, in the worker
+(host_pickle.py says why).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import pickle
 import time
 import traceback
+import warnings
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -44,13 +47,44 @@ class WorkerChannel:
         self._send(STARTED, None)
 
     def send_result(self, value: Any) -> None:
-        self._send(RESULT, dumps_on_host(value))
+        self._send(RESULT, {"pickled": dumps_on_host(value), "type": type_name(value)})
 
     def send_error(self, exc: BaseException) -> None:
         self._send(ERROR, describe_exception(exc))
 
     def telemetry_sink(self, kind: str, payload: dict[str, Any]) -> None:
+        if kind == METRIC:
+            payload = dict(payload, values=self._pickled_values(payload.get("values") or {}))
         self._send(kind, payload)
+
+    def _pickled_values(self, values: dict[str, Any]) -> dict[str, bytes]:
+        """Each logged value on its own; one that cannot be pickled is dropped with one warning."""
+        pickled = {}
+        for key, value in values.items():
+            try:
+                pickled[str(key)] = dumps_on_host(value)
+            except Exception as exc:
+                _warn_once(
+                    f"unpicklable:{key}",
+                    f"accelerator.log: the value of {key!r} ({type_name(value)}) cannot be sent to the notebook "
+                    f"({type(exc).__name__}: {exc}); it is left out of the metrics. Log numbers or tensors.",
+                )
+        return pickled
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+
+def type_name(value: Any) -> str:
+    kind = type(value)
+    module = kind.__module__
+    return kind.__qualname__ if module in ("builtins", "__main__") else f"{module}.{kind.__qualname__}"
 
 
 def describe_exception(exc: BaseException) -> dict[str, Any]:
@@ -60,7 +94,10 @@ def describe_exception(exc: BaseException) -> dict[str, Any]:
     except Exception:
         pickled = None
     exc_type = type(exc).__name__
-    message = str(exc)
+    try:
+        message = str(exc)
+    except Exception as str_failure:  # a broken __str__ must not cost the traceback
+        message = f"<str() of the exception failed: {type(str_failure).__name__}: {str_failure}>"
     text = (exc_type + " " + message).lower()
     return {
         "exc_type": exc_type,

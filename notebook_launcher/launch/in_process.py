@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..config import LaunchConfig, patched_environ, worker_env
-from .result import LaunchResult
+from .result import LaunchResult, metric_row
 
 
 def run_in_process(fn: Callable[..., Any], args: tuple, kwargs: dict, config: LaunchConfig) -> LaunchResult:
@@ -34,9 +34,7 @@ def run_in_process(fn: Callable[..., Any], args: tuple, kwargs: dict, config: La
 
     def sink(kind: str, payload: dict[str, Any]) -> None:
         if kind == "metric":
-            metrics.append(
-                {"rank": 0, "step": payload.get("step"), "time": payload["time"], **payload["values"]}
-            )
+            metrics.append(metric_row(0, payload.get("step"), payload["time"], payload["values"]))
 
     start = time.monotonic()
     reset_state()

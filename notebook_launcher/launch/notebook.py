@@ -210,6 +210,7 @@ def notebook_launch(
     with the same result, output and errors (docs/clusters.md).
     """
     options = dict(locals())
+    __tracebackhide__ = True  # IPython: the launcher's frames say nothing about the user's error
     if in_process and cluster is None:
         _reject_for_in_process(options)
         return _launch_in_process(fn, args, kwargs, num_processes, config, mixed_precision, config_overrides)

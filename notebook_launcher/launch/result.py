@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, overload
 
 from ..errors import NotebookLauncherError
+from .rendering import render
 
 STARTUP_HINT = (
     "The worker died while starting, before your function ran (its own message went to this process's "
@@ -20,7 +21,8 @@ class LaunchResult(Sequence):
     """Every local rank's return value in rank order, plus each rank's output and logged metrics.
 
     `result[0]` is the first rank's value; `result.logs[rank]` that rank's captured stdout+stderr;
-    `result.metrics` one row per `accelerator.log()` call: {"rank", "step", "time", **values}.
+    `result.metrics` one row per `accelerator.log()` call: {"rank", "step", "time", **values}
+    (see metric_row for logged keys named like those three).
     """
 
     def __init__(
@@ -63,6 +65,22 @@ class LaunchResult(Sequence):
         return [row for row in self.metrics if row["rank"] == rank]
 
 
+ROW_FIELDS = ("rank", "step", "time")
+USER_KEY_PREFIX = "user_"
+
+
+def metric_row(rank: int, step: int | None, time: float, values: dict[str, Any]) -> dict[str, Any]:
+    """One row of `result.metrics`. The row's own fields keep their names; a logged key that has one
+    of those names (`accelerator.log({"step": 5})`) is kept too, as `user_step`, so nothing is lost."""
+    row: dict[str, Any] = {"rank": rank, "step": step, "time": time}
+    for key, value in values.items():
+        name = key
+        while name in row:
+            name = USER_KEY_PREFIX + name
+        row[name] = value
+    return row
+
+
 @dataclass
 class RankFailure:
     """One rank's failure as seen by the parent."""
@@ -76,6 +94,7 @@ class RankFailure:
     exception: BaseException | None = None
     output_tail: str = ""
     secondary: bool = False  # a symptom of another rank's failure (peer closed, aborted collective)
+    description: str | None = None  # what happened, when it is not "raised" or "exited"
 
     @property
     def signal_name(self) -> str | None:
@@ -89,6 +108,8 @@ class RankFailure:
             return f"signal {-self.exitcode}"
 
     def summary(self) -> str:
+        if self.description:
+            return self.description
         if self.exc_type:
             return f"rank {self.rank} raised {self.exc_type}: {self.message}"
         if self.signal_name:
@@ -97,9 +118,19 @@ class RankFailure:
 
 
 class WorkerError(NotebookLauncherError, RuntimeError):
-    """A worker failed. `.rank`, `.exitcode`, `.exc_type`, `.traceback` describe the first failure."""
+    """A worker failed. `.rank`, `.exitcode`, `.exc_type`, `.traceback` describe the first failure.
 
-    def __init__(self, failure: RankFailure, others: list[RankFailure], logs: dict[int, str] | None = None):
+    `.exception` (also `__cause__`) is the worker's exception rebuilt here when it could be unpickled,
+    so `except` on it works; `.values` holds the return values of the ranks that did finish.
+    """
+
+    def __init__(
+        self,
+        failure: RankFailure,
+        others: list[RankFailure],
+        logs: dict[int, str] | None = None,
+        values: dict[int, Any] | None = None,
+    ):
         self.failure = failure
         self.others = others
         self.rank = failure.rank
@@ -110,18 +141,37 @@ class WorkerError(NotebookLauncherError, RuntimeError):
         self.traceback = failure.traceback
         self.exception = failure.exception
         self.logs = logs or {}
+        self.values = dict(values or {})
         super().__init__(self._message())
+        if failure.exception is not None:
+            self.__cause__ = failure.exception  # also sets __suppress_context__
 
     def _message(self) -> str:
         parts = [f"{self.failure.summary()}."]
-        if self.failure.traceback:
-            parts.append(f"\n--- traceback of rank {self.rank} ---\n{self.failure.traceback.rstrip()}")
-        elif self.failure.output_tail:
-            parts.append(f"\n--- last output of rank {self.rank} ---\n{self.failure.output_tail.rstrip()}")
+        parts += [f"\n--- {title} ---\n{text.rstrip()}" for title, text in self._sections()]
         if self.others:
-            listed = "\n".join(f"  - {o.summary()}" for o in self.others)
-            parts.append(f"\nAlso failed (probably as a consequence):\n{listed}")
+            parts.append(f"\n{self._others()}")
         return "\n".join(parts)
+
+    def _sections(self) -> list[tuple[str, str]]:
+        if self.failure.traceback:
+            return [(f"traceback of rank {self.rank}", self.failure.traceback)]
+        if self.failure.output_tail:
+            return [(f"last output of rank {self.rank}", self.failure.output_tail)]
+        return []
+
+    def _others(self) -> str:
+        listed = "\n".join(f"  - {o.summary()}" for o in self.others)
+        return f"Also failed (probably as a consequence):\n{listed}"
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows in the cell: our one line and the worker's own traceback."""
+        lines = render(type(self).__name__, self.failure.summary(), self._sections())
+        return lines + ([self._others()] if self.others else [])
+
+
+def _where(stacks: dict[int, str]) -> list[tuple[str, str]]:
+    return [(f"where rank {rank} was", text) for rank, text in stacks.items() if text.strip()]
 
 
 class LaunchTimeout(NotebookLauncherError, TimeoutError):
@@ -131,20 +181,46 @@ class LaunchTimeout(NotebookLauncherError, TimeoutError):
         self.timeout = timeout
         self.running_ranks = running
         self.stacks = stacks or {}
-        where = "".join(
-            f"\n--- where rank {rank} was ---\n{text.strip()}"
-            for rank, text in self.stacks.items()
-            if text.strip()
-        )
-        super().__init__(
+        self.summary = (
             f"The launch ran longer than timeout={timeout}s; ranks {running} were still running and have been "
             "stopped. Raise timeout= or look for a rank stuck in a collective (e.g. one rank skipping a barrier)."
-            + where
         )
+        where = "".join(f"\n--- {title} ---\n{text.strip()}" for title, text in _where(self.stacks))
+        super().__init__(self.summary + where)
+
+    def _render_traceback_(self) -> list[str]:
+        return render(type(self).__name__, self.summary, _where(self.stacks))
 
 
 class LaunchStopped(NotebookLauncherError, RuntimeError):
-    """The launch was stopped on request (Stop button or handle.stop()); every worker is gone."""
+    """The launch was stopped on request (Stop button or handle.stop()); every worker is gone.
+
+    `.stacks[rank]` shows where each running rank was when it was stopped.
+    """
+
+    def __init__(self, message: str, stacks: dict[int, str] | None = None):
+        self.summary = message
+        self.stacks = stacks or {}
+        super().__init__(message)
+
+    def _render_traceback_(self) -> list[str]:
+        return render(type(self).__name__, self.summary, _where(self.stacks))
+
+
+class LaunchInterrupted(KeyboardInterrupt):
+    """Ctrl-C or the notebook's interrupt button stopped a launch; every worker is gone.
+
+    A KeyboardInterrupt (so `except KeyboardInterrupt` works as always) that also says where each
+    running rank was, in `.stacks` and in the cell.
+    """
+
+    def __init__(self, stacks: dict[int, str] | None = None):
+        self.summary = "the launch was interrupted; every worker has been stopped."
+        self.stacks = stacks or {}
+        super().__init__(self.summary)
+
+    def _render_traceback_(self) -> list[str]:
+        return render("KeyboardInterrupt", self.summary, _where(self.stacks))
 
 
 @dataclass

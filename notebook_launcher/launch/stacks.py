@@ -1,11 +1,54 @@
-"""Make a faulthandler stack dump readable: add each frame's source line."""
+"""Where each running worker is: ask for a stack dump, know when it has arrived, make it readable."""
 
 from __future__ import annotations
 
+import itertools
 import linecache
 import re
+import time
+from collections.abc import Sequence
+
+from .processes import Worker
 
 _FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+) in (?P<func>.+)$')
+DUMP_HEADER = "(most recent call first):"  # faulthandler's first line for each thread
+QUIET_SECONDS = 0.1  # faulthandler writes a dump in one go; this long without output means it is done
+MAX_WAIT_SECONDS = 2.0
+
+
+class StackDump:
+    """The dumps asked of some workers (faulthandler on STACK_DUMP_SIGNAL): which of each worker's
+    output lines belong to it, and whether every dump is complete.
+
+    faulthandler prints from its C signal handler, so a dump arrives even from a rank stuck inside a
+    collective, but it marks no end: a dump counts as complete once its header has arrived and its
+    stderr has been quiet for QUIET_SECONDS, or its worker has exited. Lines arriving later still
+    count (everything after the mark is the dump), so a late line is never lost, only not waited for.
+    """
+
+    def __init__(self, workers: Sequence[Worker]) -> None:
+        self.workers = list(workers)
+        self.marks = {w.rank: len(w.lines) for w in self.workers}
+        self.asked_at = time.monotonic()
+
+    def complete(self) -> bool:
+        now = time.monotonic()
+        if now - self.asked_at > MAX_WAIT_SECONDS:
+            return True
+        return all(self._arrived(w, now) for w in self.workers)
+
+    def _arrived(self, worker: Worker, now: float) -> bool:
+        if worker.exited:
+            return True
+        since = itertools.islice(worker.lines, self.marks[worker.rank], None)
+        dumped = any(DUMP_HEADER in line for line in since)
+        return dumped and now - worker.last_output >= QUIET_SECONDS
+
+    def texts(self) -> dict[int, str]:
+        """What each worker printed since the request, with source lines added."""
+        return {
+            w.rank: with_source_lines("\n".join(list(w.lines)[self.marks[w.rank] :])) for w in self.workers
+        }
 
 
 def with_source_lines(dump: str) -> str:

@@ -1,48 +1,40 @@
-"""Start the workers, watch them, collect what they send, and always leave nothing behind.
+"""Start the workers, watch them, and always leave nothing behind.
 
 One loop in the calling thread waits (select) on every worker's output pipes, message pipe and
 process sentinel at once, so output streams live, a failure is seen within milliseconds even when
-the other ranks sit in a collective, and Ctrl-C / the notebook's stop button lands here.
+the other ranks sit in a collective, and Ctrl-C / the notebook's stop button lands here. What the
+workers send is read by the Inbox (inbox.py); the processes themselves are handled in processes.py.
 """
 
 from __future__ import annotations
 
-import collections
-import os
 import selectors
 import signal
 import time
+import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
 from typing import Any
 
-from . import channel
-from .events import MetricLogged, OutputLine, ProgressUpdate, RunFinished, RunStarted
+from .events import RunFinished, RunStarted
 from .forksafety import HelperProcesses, release_openmp_threads
+from .inbox import Inbox
 from .planning import LaunchPlan
-from .result import STARTUP_HINT, LaunchStopped, LaunchTimeout, RankFailure, RunRecord, WorkerError
-from .stacks import with_source_lines
-from .worker import STACK_DUMP_SIGNAL, run_worker
+from .processes import Worker, kill_and_reap, signal_group, signal_process, start_worker
+from .result import (
+    STARTUP_HINT,
+    LaunchInterrupted,
+    LaunchStopped,
+    LaunchTimeout,
+    RankFailure,
+    RunRecord,
+    WorkerError,
+)
+from .stacks import QUIET_SECONDS, StackDump
+from .worker import STACK_DUMP_SIGNAL, UNSENT_ERROR_MARK
 
 GRACE_SECONDS = 3.0
 POLL_SECONDS = 0.05
-MAX_LOG_LINES = 200_000
-STACK_DUMP_SECONDS = 0.5
-
-
-@dataclass
-class _Worker:
-    rank: int
-    process: Any
-    out: Connection
-    err: Connection
-    msg: Connection
-    partial: dict[str, bytes] = field(default_factory=lambda: {"stdout": b"", "stderr": b""})
-    lines: collections.deque = field(default_factory=lambda: collections.deque(maxlen=MAX_LOG_LINES))
-    exited: bool = False
-    started: bool = False  # reached our worker code (a spawned child can die while bootstrapping)
-    reported: bool = False  # sent a result or an error
+TAIL_LINES = 20  # of a rank's output, shown when it died without a Python exception
 
 
 class Supervisor:
@@ -58,138 +50,126 @@ class Supervisor:
         self.poll_hooks = list(poll_hooks)
         self.should_stop = should_stop or (lambda: False)
         self.record = RunRecord()
-        self.workers: list[_Worker] = []
+        self.workers: list[Worker] = []
         self.selector = selectors.DefaultSelector()
         self.stopping_since: float | None = None
         self.stopped_by_us: set[int] = set()
         self.started = 0.0
         self.helpers: HelperProcesses | None = None
+        self.dump: StackDump | None = None
+        self._running_at_stop: list[int] = []
+        self.inbox = Inbox(self.record, self._emit, self._begin_stop, self.stopped_by_us.__contains__)
 
     # ------------------------------------------------------------------ public
     def run(self) -> RunRecord:
-        """Run to completion; raise WorkerError / LaunchTimeout / LaunchStopped / KeyboardInterrupt."""
+        """Run to completion; raise WorkerError / LaunchTimeout / LaunchStopped / LaunchInterrupted."""
+        __tracebackhide__ = True  # IPython: the launcher's frames say nothing about the user's error
         self.started = time.monotonic()
-        status, error = "failed", None
+        status, error, finished = "failed", None, False
         try:
-            self._start_all()
-            self._emit(
-                RunStarted(
-                    self.plan.world_size,
-                    tuple(w.rank for w in self.workers),
-                    self.plan.start_method,
-                    self.plan.config,
+            try:
+                self._start_all()
+                self._emit(
+                    RunStarted(
+                        self.plan.world_size,
+                        tuple(w.rank for w in self.workers),
+                        self.plan.start_method,
+                        self.plan.config,
+                    )
                 )
-            )
-            outcome = self._loop()
+                outcome = self._loop()
+            except KeyboardInterrupt:
+                status, error = "stopped", "interrupted (KeyboardInterrupt)"
+                self._dump_stacks(interruptible=True)
+                raise LaunchInterrupted(self.stacks()) from None
             status = outcome
             if outcome == "timeout":
-                running = [w.rank for w in self.workers if w.rank in self._running_at_stop]
-                raise LaunchTimeout(self.plan.timeout, running, self.stacks())
+                raise LaunchTimeout(self.plan.timeout, self._running_at_stop, self.stacks())
             if outcome == "stopped":
-                raise LaunchStopped("The launch was stopped on request; all workers have been terminated.")
+                raise LaunchStopped(
+                    "The launch was stopped on request; all workers have been terminated.", self.stacks()
+                )
             if self.record.failures:
                 status = "failed"
-                raise self._worker_error()
-            status = "done"
+                failure = self._worker_error()
+                error = failure.failure.summary()
+                raise failure
+            status, finished = "done", True
             return self.record
-        except KeyboardInterrupt:
-            status = "stopped"
-            error = "interrupted (KeyboardInterrupt)"
-            raise
-        except WorkerError as exc:
-            error = exc.failure.summary()
-            raise
         finally:
-            self._shutdown()
+            interrupted = self._shutdown()
             primary = self._primary() if self.record.failures else None
             extra = {"traceback": primary.traceback or primary.output_tail} if primary else {}
             failed = primary.rank if primary else None
             self._emit(RunFinished(status, time.monotonic() - self.started, failed, error, extra))
+            if interrupted and finished:  # Ctrl-C while a finished run was being cleaned up
+                raise LaunchInterrupted()
 
     @property
     def logs(self) -> dict[int, str]:
         return {w.rank: "".join(line + "\n" for line in w.lines) for w in self.workers}
 
+    def stacks(self) -> dict[int, str]:
+        """What each running rank printed after the last stack-dump request."""
+        return self.dump.texts() if self.dump else {}
+
     # ---------------------------------------------------------------- starting
     def _start_all(self) -> None:
         self.plan.preflight(self.should_stop)  # e.g. wait until the main machine's port answers
-        ctx = self.plan.context
         if self.plan.start_method == "fork":
             release_openmp_threads()
         else:
             self.helpers = HelperProcesses()
         for spec in self.plan.specs:
-            out_r, out_w = ctx.Pipe(duplex=False)
-            err_r, err_w = ctx.Pipe(duplex=False)
-            msg_r, msg_w = ctx.Pipe(duplex=False)
-            process = ctx.Process(
-                target=run_worker,
-                args=(spec, self.plan.target, out_w, err_w, msg_w),
-                name=f"notebook_launcher-rank{spec.rank}",
-                daemon=False,
-            )
-            worker = _Worker(spec.rank, process, out_r, err_r, msg_r)
-            self.workers.append(worker)
-            try:
-                process.start()
-            finally:
-                for conn in (out_w, err_w, msg_w):
-                    conn.close()
-            self.selector.register(out_r.fileno(), selectors.EVENT_READ, (worker, "stdout"))
-            self.selector.register(err_r.fileno(), selectors.EVENT_READ, (worker, "stderr"))
-            self.selector.register(msg_r.fileno(), selectors.EVENT_READ, (worker, "msg"))
-            self.selector.register(process.sentinel, selectors.EVENT_READ, (worker, "exit"))
+            worker = start_worker(self.plan.context, spec, self.plan.target, self.workers)
+            self.selector.register(worker.out.fileno(), selectors.EVENT_READ, (worker, "stdout"))
+            self.selector.register(worker.err.fileno(), selectors.EVENT_READ, (worker, "stderr"))
+            self.selector.register(worker.msg.fileno(), selectors.EVENT_READ, (worker, "msg"))
+            self.selector.register(worker.process.sentinel, selectors.EVENT_READ, (worker, "exit"))
 
     # -------------------------------------------------------------------- loop
     def _loop(self) -> str:
         deadline = None if self.plan.timeout is None else self.started + self.plan.timeout
-        self._running_at_stop: list[int] = []
         while not all(w.exited for w in self.workers):
-            for key, _ in self.selector.select(POLL_SECONDS):
-                worker, what = key.data
-                self._handle(worker, what, key.fd)
+            self._pump(POLL_SECONDS)
             if self.stopping_since is None:
                 if deadline is not None and time.monotonic() > deadline:
-                    self._dump_stacks()
-                    self._begin_stop()
-                    return self._finish_stop("timeout")
+                    return self._stop_with_stacks("timeout")
                 if self.should_stop() or self._poll_requested_stop():
-                    self._begin_stop()
-                    return self._finish_stop("stopped")
+                    return self._stop_with_stacks("stopped")
             elif time.monotonic() - self.stopping_since > GRACE_SECONDS:
                 self._kill_remaining()
         return "done"
 
-    def _finish_stop(self, outcome: str) -> str:
+    def _pump(self, timeout: float) -> None:
+        """Wait up to `timeout` for anything from any worker and handle all of it (nothing stays ready,
+        so the next wait really waits)."""
+        for key, _ in self.selector.select(timeout):
+            worker, what = key.data
+            self._handle(worker, what, key.fd)
+
+    def _stop_with_stacks(self, outcome: str) -> str:
+        self._dump_stacks()
+        self._begin_stop()
         while not all(w.exited for w in self.workers):
-            for key, _ in self.selector.select(POLL_SECONDS):
-                worker, what = key.data
-                self._handle(worker, what, key.fd)
+            self._pump(POLL_SECONDS)
             if time.monotonic() - self.stopping_since > GRACE_SECONDS:
                 self._kill_remaining()
         return outcome
 
-    def _dump_stacks(self) -> None:
-        """Ask every running worker for its Python stack (faulthandler) so a hang shows where it is."""
-        running = [w for w in self.workers if not w.exited]
-        self._stack_marks = {w.rank: len(w.lines) for w in running}
+    def _dump_stacks(self, interruptible: bool = False) -> None:
+        """Ask every running worker for its Python stack (faulthandler) and wait until the dumps are in,
+        so a hang, a stop or an interrupt shows where each rank was."""
+        running = [w for w in self.workers if w.alive and w.started]  # only these have the handler
+        self.dump = StackDump(running)
         for worker in running:
-            _signal(worker.process, STACK_DUMP_SIGNAL)
-        until = time.monotonic() + STACK_DUMP_SECONDS
-        while time.monotonic() < until:
-            for key, _ in self.selector.select(POLL_SECONDS):
-                worker, what = key.data
-                if what in ("stdout", "stderr"):
-                    self._handle(worker, what, key.fd)
-
-    def stacks(self) -> dict[int, str]:
-        """What each hung rank printed after the stack-dump request."""
-        marks = getattr(self, "_stack_marks", {})
-        by_rank = {w.rank: w for w in self.workers}
-        return {
-            rank: with_source_lines("\n".join(list(by_rank[rank].lines)[mark:]))
-            for rank, mark in marks.items()
-        }
+            signal_process(worker, STACK_DUMP_SIGNAL)
+        try:
+            while not self.dump.complete():
+                self._pump(QUIET_SECONDS / 2)
+        except KeyboardInterrupt:
+            if not interruptible:
+                raise  # a second Ctrl-C while interrupting: stop waiting for the dumps
 
     def _poll_requested_stop(self) -> bool:
         requested = False
@@ -200,94 +180,22 @@ class Supervisor:
                 pass
         return requested
 
-    def _handle(self, worker: _Worker, what: str, fd: int) -> None:
+    def _handle(self, worker: Worker, what: str, fd: int) -> None:
         if what in ("stdout", "stderr"):
-            self._read_output(worker, what, fd)
+            if not self.inbox.read_output(worker, what):
+                self._unregister(fd)
+                (worker.out if what == "stdout" else worker.err).close()
         elif what == "msg":
-            self._read_message(worker, fd)
+            if not self.inbox.read_message(worker):
+                self._unregister(fd)
+                worker.msg.close()
         else:
             self._on_exit(worker, fd)
 
-    def _read_output(self, worker: _Worker, stream: str, fd: int) -> None:
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:
-            chunk = b""
-        if not chunk:
-            self._unregister(fd)
-            (worker.out if stream == "stdout" else worker.err).close()
-            self._emit_lines(worker, stream, worker.partial[stream], final=True)
-            worker.partial[stream] = b""
-            return
-        worker.partial[stream] = self._emit_lines(worker, stream, worker.partial[stream] + chunk)
-
-    def _emit_lines(self, worker: _Worker, stream: str, data: bytes, final: bool = False) -> bytes:
-        *complete, rest = data.split(b"\n")
-        if final and rest:
-            complete.append(rest)
-            rest = b""
-        for raw in complete:
-            text = raw.decode("utf-8", errors="replace")
-            worker.lines.append(text)
-            self._emit(OutputLine(worker.rank, stream, text))
-        return rest
-
-    def _read_message(self, worker: _Worker, fd: int) -> None:
-        try:
-            kind, payload = channel.decode(worker.msg.recv_bytes())
-        except (EOFError, OSError):
-            self._unregister(fd)
-            worker.msg.close()
-            return
-        if kind == channel.STARTED:
-            worker.started = True
-        elif kind == channel.RESULT:
-            self.record.values[worker.rank] = channel.load_pickled(payload)
-            worker.reported = True
-        elif kind == channel.ERROR:
-            worker.reported = True
-            self._add_failure(worker, payload)
-        elif kind == channel.METRIC:
-            row = {
-                "rank": worker.rank,
-                "step": payload.get("step"),
-                "time": payload["time"],
-                **payload["values"],
-            }
-            self.record.metrics.append(row)
-            self._emit(
-                MetricLogged(worker.rank, payload.get("step"), dict(payload["values"]), payload["time"])
-            )
-        elif kind == channel.PROGRESS:
-            self._emit(
-                ProgressUpdate(
-                    worker.rank, payload["step"], payload.get("total"), payload["time"], payload.get("epoch")
-                )
-            )
-
-    def _add_failure(self, worker: _Worker, info: dict[str, Any]) -> None:
-        exception = None
-        try:
-            exception = channel.load_pickled(info.get("pickled"))
-        except Exception:
-            pass
-        failure = RankFailure(
-            rank=worker.rank,
-            exc_type=info["exc_type"],
-            message=info["message"],
-            traceback=info["traceback"],
-            time=info["time"],
-            exception=exception,
-            secondary=info["secondary"] or worker.rank in self.stopped_by_us,
-        )
-        for line in failure.traceback.rstrip("\n").split("\n"):
-            worker.lines.append(line)
-        self.record.failures.append(failure)
-        self._begin_stop()
-
-    def _on_exit(self, worker: _Worker, fd: int) -> None:
+    def _on_exit(self, worker: Worker, fd: int) -> None:
         self._unregister(fd)
-        self._drain(worker)
+        self.inbox.drain(worker)
+        signal_group(worker, signal.SIGKILL)  # what it started (DataLoader workers, subprocesses) ends too
         worker.exited = True
         worker.process.join(5)  # the sentinel can fire a moment before the exit status is collectable
         code = worker.process.exitcode
@@ -298,30 +206,13 @@ class Supervisor:
             return
         if worker.rank in self.stopped_by_us or (code == 0 and worker.reported):
             return
-        tail = "\n".join(list(worker.lines)[-20:])
+        tail = _output_tail(list(worker.lines))
         if not worker.started and self.plan.start_method != "fork":
             tail = (tail + "\n" if tail else "") + STARTUP_HINT
         self.record.failures.append(
             RankFailure(rank=worker.rank, exitcode=code, time=time.monotonic(), output_tail=tail)
         )
         self._begin_stop()
-
-    def _drain(self, worker: _Worker) -> None:
-        """Read whatever an exited worker left in its pipes (without waiting on grandchildren)."""
-        for stream, conn in (("stdout", worker.out), ("stderr", worker.err)):
-            while not conn.closed and conn.poll(0):
-                try:
-                    chunk = os.read(conn.fileno(), 65536)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                worker.partial[stream] = self._emit_lines(worker, stream, worker.partial[stream] + chunk)
-            if worker.partial[stream]:
-                self._emit_lines(worker, stream, worker.partial[stream], final=True)
-                worker.partial[stream] = b""
-        while not worker.msg.closed and worker.msg.poll(0):
-            self._read_message(worker, worker.msg.fileno())
 
     # ---------------------------------------------------------------- stopping
     def _begin_stop(self) -> None:
@@ -330,40 +221,44 @@ class Supervisor:
         self.stopping_since = time.monotonic()
         self._running_at_stop = [w.rank for w in self.workers if not w.exited]
         for worker in self.workers:
-            if not worker.exited and worker.process._popen is not None and worker.process.is_alive():
+            if worker.alive:
                 self.stopped_by_us.add(worker.rank)
-                _signal(worker.process, signal.SIGTERM)
+                signal_group(worker, signal.SIGTERM)
 
     def _kill_remaining(self) -> None:
         for worker in self.workers:
-            if not worker.exited and worker.process._popen is not None and worker.process.is_alive():
-                _signal(worker.process, signal.SIGKILL)
+            if worker.alive:
+                signal_group(worker, signal.SIGKILL)
 
-    def _shutdown(self) -> None:
-        """Whatever happened: no process left, every pipe closed, the selector closed."""
+    def _shutdown(self) -> bool:
+        """Whatever happened: no process left, every pipe closed, the selector closed.
+
+        Returns whether Ctrl-C was pressed during it. Another Ctrl-C skips the grace period and
+        restarts the (idempotent) final step, which always runs to its end.
+        """
+        interrupted = False
         try:
             self._begin_stop()
             deadline = time.monotonic() + GRACE_SECONDS
             for worker in self.workers:
-                if worker.process._popen is not None:
+                if worker.launched and not worker.closed:
                     worker.process.join(max(0.0, deadline - time.monotonic()))
         except KeyboardInterrupt:
-            pass
-        finally:
-            for worker in self.workers:
-                started = worker.process._popen is not None
-                if started and worker.process.is_alive():
-                    _signal(worker.process, signal.SIGKILL)
-                    worker.process.join()
-                worker.exited = True
-                for conn in (worker.out, worker.err, worker.msg):
-                    conn.close()
-                if started:
-                    worker.process.close()
-            self.selector.close()
-            self.plan.store = None  # closes the rendezvous port
-            if self.helpers is not None:
-                self.helpers.stop_new()
+            interrupted = True
+        while True:
+            try:
+                self._end_everything()
+                return interrupted
+            except KeyboardInterrupt:
+                interrupted = True
+
+    def _end_everything(self) -> None:
+        for worker in self.workers:
+            kill_and_reap(worker)
+        self.selector.close()
+        self.plan.store = None  # closes the rendezvous port
+        if self.helpers is not None:
+            self.helpers.stop_new()
 
     def _unregister(self, fd: int) -> None:
         try:
@@ -378,22 +273,21 @@ class Supervisor:
     def _worker_error(self) -> WorkerError:
         primary = self._primary()
         others = [f for f in self.record.failures if f is not primary]
-        return WorkerError(primary, others, self.logs)
+        return WorkerError(primary, others, self.logs, self.record.values)
 
     def _emit(self, event: Any) -> None:
-        for observer in self.observers:
+        for observer in tuple(self.observers):  # a copy: a failing observer is removed below
             try:
                 observer(event)
             except Exception as exc:  # an observer must never break the run
                 self.observers.remove(observer)
-                import warnings
-
                 warnings.warn(f"Observer {observer!r} raised {exc!r} and was detached.", stacklevel=2)
 
 
-def _signal(process: Any, signum: int) -> None:
-    try:
-        if process.pid is not None:
-            os.kill(process.pid, signum)
-    except (ProcessLookupError, OSError, ValueError):
-        pass
+def _output_tail(lines: list[str]) -> str:
+    """The last lines of a rank that died without reporting; all of a traceback it printed itself
+    because its error could not be sent (worker.py)."""
+    for index in range(len(lines) - 1, max(-1, len(lines) - 1000), -1):
+        if lines[index].startswith(UNSENT_ERROR_MARK):
+            return "\n".join(lines[index:])
+    return "\n".join(lines[-TAIL_LINES:])

@@ -16,6 +16,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 STACK_DUMP_SIGNAL = signal.SIGUSR1  # the launcher asks a hung worker where it is stuck
+UNSENT_ERROR_MARK = "notebook_launcher: this rank's error could not be sent to the launcher"
 
 
 @dataclass
@@ -44,6 +45,15 @@ def _redirect_output(out_conn: Connection, err_conn: Connection) -> None:
     )
 
 
+def _lead_own_process_group() -> None:
+    """Make this worker the leader of a new process group, so the launcher can end it together with
+    everything it started (DataLoader workers, subprocesses) in one killpg."""
+    try:
+        os.setpgid(0, 0)
+    except OSError:  # already a group leader (cannot happen for a fresh child), or not permitted
+        pass
+
+
 def _die_with_parent() -> None:
     """Ask Linux to SIGKILL this worker if the notebook kernel dies, so no orphan keeps a GPU."""
     if not sys.platform.startswith("linux"):
@@ -69,6 +79,7 @@ def run_worker(
     spec: WorkerSpec, target: Any, out_conn: Connection, err_conn: Connection, msg_conn: Connection
 ):
     """Entry point of every worker process (fork and spawn alike)."""
+    _lead_own_process_group()
     _redirect_output(out_conn, err_conn)
     _die_with_parent()
     _reset_inherited_state()
@@ -97,7 +108,7 @@ def run_worker(
         _send_result(channel, value, spec.rank)
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent
         exit_code = 1
-        _report(channel, exc)
+        _report(channel, _without_own_frames(exc))
     finally:
         _flush()
         msg_conn.close()
@@ -122,12 +133,34 @@ def _send_result(channel: Any, value: Any, rank: int) -> None:
         ) from exc
 
 
+def _without_own_frames(exc: BaseException) -> BaseException:
+    """Start the traceback at the user's function: this module's frames say nothing to the user."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    return exc.with_traceback(tb)
+
+
 def _report(channel: Any, exc: BaseException) -> None:
-    """Send the failure to the parent, which shows the traceback once and keeps it in the rank's log."""
+    """Send the failure to the parent, which shows the traceback once and keeps it in the rank's log.
+
+    When it cannot be sent (a broken pipe, an exception whose str() raises, ...), print the traceback
+    to this worker's stderr instead, which the parent keeps and shows as the rank's last output.
+    """
     try:
         channel.send_error(exc)
-    except Exception:
-        pass
+    except BaseException as send_failure:  # noqa: BLE001 - the traceback must reach the user somehow
+        import traceback
+
+        try:
+            text = "".join(traceback.format_exception(exc))
+        except BaseException:  # noqa: BLE001
+            text = f"{type(exc).__name__} (its traceback could not be formatted)\n"
+        try:
+            sys.stderr.write(f"{UNSENT_ERROR_MARK} ({type(send_failure).__name__}: {send_failure}):\n{text}")
+            sys.stderr.flush()
+        except BaseException:  # noqa: BLE001
+            pass
 
 
 def _flush() -> None:

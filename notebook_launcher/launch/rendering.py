@@ -1,0 +1,64 @@
+"""How a launch's errors look in a notebook cell: one line of ours, then what the workers said.
+
+IPython shows an exception through its `_render_traceback_()` when it has one (ipyparallel's remote
+errors do the same), so the cell shows neither the launcher's own frames nor the message twice.
+File names of notebook cells in a worker's traceback are shown as IPython shows local ones
+(`Cell In[3], line 6`): under fork the worker ran the very code the kernel compiled.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+_RED = "\x1b[0;31m"
+_RESET = "\x1b[0m"
+_FILE_LINE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
+
+
+def headline(name: str, text: str) -> str:
+    """The one line of ours: the error's name in red, as IPython colours an exception's name."""
+    return f"{_RED}{name}{_RESET}: {text}"
+
+
+def with_cell_names(text: str) -> str:
+    """Replace each notebook cell's temporary file name by IPython's `Cell In[N]` label."""
+    label = _cell_labeller()
+    if label is None:
+        return text
+
+    def replace(match: re.Match) -> str:
+        named = label(match["file"])
+        return f"{named}, line {match['line']}" if named else match[0]
+
+    return _FILE_LINE.sub(replace, text)
+
+
+def _cell_labeller():
+    """IPython's own `Cell In[N]` naming, when this process is an IPython kernel or shell."""
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        format_code_name = shell.compile.format_code_name
+    except Exception:  # not in IPython, or an IPython without cell names
+        return None
+
+    def label(path: str) -> str | None:
+        try:
+            named = format_code_name(path)
+        except Exception:
+            return None
+        return " ".join(named) if named else None
+
+    return label
+
+
+def render(name: str, summary: str, sections: Iterable[tuple[str, str]]) -> list[str]:
+    """The lines IPython shows: our headline, then each (title, text) section the workers produced."""
+    lines = [headline(name, summary)]
+    for title, text in sections:
+        if text and text.strip():
+            lines.append(f"--- {title} ---")
+            lines.append(with_cell_names(text.rstrip()))
+    return lines
