@@ -11,9 +11,9 @@ spoils nothing else. Every GPU tensor in a message is moved to the CPU here, in 
 from __future__ import annotations
 
 import pickle
+import sys
 import time
 import traceback
-import warnings
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -76,9 +76,11 @@ _warned: set[str] = set()
 
 
 def _warn_once(key: str, message: str) -> None:
+    """Printed, not warnings.warn: a forked worker inherits the kernel's warning filters, which may
+    hide or record it where nobody looks; its stderr always reaches the cell and the rank's log."""
     if key not in _warned:
         _warned.add(key)
-        warnings.warn(message, RuntimeWarning, stacklevel=4)
+        print(f"RuntimeWarning: {message}", file=sys.stderr, flush=True)
 
 
 def type_name(value: Any) -> str:
@@ -89,10 +91,6 @@ def type_name(value: Any) -> str:
 
 def describe_exception(exc: BaseException) -> dict[str, Any]:
     """Everything the parent needs to report an exception, picklable no matter what."""
-    try:
-        pickled = dumps_on_host(exc)
-    except Exception:
-        pickled = None
     exc_type = type(exc).__name__
     try:
         message = str(exc)
@@ -104,9 +102,38 @@ def describe_exception(exc: BaseException) -> dict[str, Any]:
         "message": message,
         "traceback": "".join(traceback.format_exception(exc)),
         "time": time.monotonic(),
-        "pickled": pickled,
+        "pickled": _dumps_or_none(exc),
+        "recipe": _dumps_or_none((type(exc), exc.args, dict(getattr(exc, "__dict__", {})))),
         "secondary": exc_type in _SECONDARY_TYPES or any(s in text for s in _SECONDARY_TEXT),
     }
+
+
+def _dumps_or_none(value: Any) -> bytes | None:
+    try:
+        return dumps_on_host(value)
+    except Exception:
+        return None
+
+
+def rebuild_exception(info: dict[str, Any]) -> BaseException | None:
+    """The worker's exception as an object here, or None.
+
+    Plain unpickling calls the class with `exc.args`, which fails for exceptions whose __init__
+    takes other arguments (`MyError(msg, code=42)` has args `(msg,)`); those are rebuilt from
+    their class, args and attributes without calling __init__, as they were in the worker.
+    """
+    try:
+        return load_pickled(info.get("pickled"))
+    except Exception:
+        pass
+    try:
+        kind, args, state = load_pickled(info.get("recipe"))
+        exc = kind.__new__(kind, *args)
+        exc.args = args
+        exc.__dict__.update(state)
+        return exc
+    except Exception:
+        return None
 
 
 def decode(raw: bytes) -> tuple[str, Any]:

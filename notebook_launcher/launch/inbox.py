@@ -149,11 +149,7 @@ class Inbox:
         )
 
     def _add_failure(self, worker: Worker, info: dict[str, Any]) -> None:
-        exception = None
-        try:
-            exception = channel.load_pickled(info.get("pickled"))
-        except Exception:
-            pass  # the traceback text still tells the story
+        exception = channel.rebuild_exception(info)  # None: the traceback text still tells the story
         failure = RankFailure(
             rank=worker.rank,
             exc_type=info["exc_type"],

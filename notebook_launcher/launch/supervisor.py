@@ -194,10 +194,12 @@ class Supervisor:
 
     def _on_exit(self, worker: Worker, fd: int) -> None:
         self._unregister(fd)
+        # The sentinel can fire a moment before the exit status is collectable (or, when the user's
+        # code closed every descriptor, before the exit itself): wait, then read what it left.
+        worker.process.join(5)
         self.inbox.drain(worker)
-        signal_group(worker, signal.SIGKILL)  # what it started (DataLoader workers, subprocesses) ends too
         worker.exited = True
-        worker.process.join(5)  # the sentinel can fire a moment before the exit status is collectable
+        signal_group(worker, signal.SIGKILL)  # what it started (DataLoader workers, subprocesses) ends too
         code = worker.process.exitcode
         self.record.exitcodes[worker.rank] = code
         known = next((f for f in self.record.failures if f.rank == worker.rank), None)
