@@ -1,8 +1,10 @@
 """Worker entry of `notebook-launcher launch`: run the user's script as `python script.py` would.
 
 torch.distributed.run starts `python -u -m notebook_launcher.cli.bootstrap script|module TARGET
-ARGS...` in every worker. This shim only adds one thing to running the target: when the script
-raises, it records the exception in the error file torchrun hands each worker
+ARGS...` in every worker. This shim adds two things to running the target. The worker dies with
+the launcher: torchrun starts each worker in a session of its own, so a launcher killed with
+SIGKILL (an OOM killer, a scheduler, a test timeout) used to leave its workers running, holding
+GPUs. And when the script raises, it records the exception in the error file torchrun hands each worker
 (TORCHELASTIC_ERROR_FILE, written through torch's own ErrorHandler), so the launcher can name the
 failing rank and show its traceback. Plain scripts do not write that file themselves (it needs
 torch's `@record` around an entry function).
@@ -13,16 +15,39 @@ exits with status 1, exactly like an uncaught exception in `python script.py`.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import runpy
+import signal
 import sys
 import time
 import traceback
 
 USAGE = "usage: python -m notebook_launcher.cli.bootstrap {script,module} TARGET [ARGS...]"
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+LAUNCHER_PID_ENV = "NOTEBOOK_LAUNCHER_LAUNCHER_PID"  # set by cli/torchrun.py: the process running torchrun
+_PR_SET_PDEATHSIG = 1
 _OWN_FILES = {os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>"}
+
+
+def die_with_launcher() -> None:
+    """Have Linux SIGKILL this worker when its parent dies (PR_SET_PDEATHSIG), as notebook workers do.
+
+    The parent is the launcher itself: `notebook-launcher launch` runs torchrun's agent in its own
+    process, and the agent starts the workers from its main thread (the death signal follows the
+    thread that started the child, so it fires only when the launcher exits). If the launcher died
+    before the signal was armed, the parent is no longer the launcher's pid: end right away.
+    """
+    expected = os.environ.pop(LAUNCHER_PID_ENV, None)  # the script's own children must not see it
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if expected is not None and os.getppid() != int(expected):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def run_target(kind: str, target: str, args: list[str]) -> None:
@@ -79,6 +104,7 @@ def main(argv: list[str]) -> None:
     if len(argv) < 2:
         raise SystemExit(USAGE)
     kind, target, *args = argv
+    die_with_launcher()
     try:
         run_target(kind, target, args)
     except Exception as exc:

@@ -24,6 +24,7 @@ from typing import Any
 from ..config import LaunchConfig, config_to_env, patched_environ, to_file_dict
 from ..errors import ConfigError, NetworkError
 from ..network import free_port, port_is_free, socket_interface_env, wait_for_main
+from .bootstrap import LAUNCHER_PID_ENV
 
 BOOTSTRAP = "notebook_launcher.cli.bootstrap"
 RDZV_ID = "notebook_launcher"
@@ -185,7 +186,8 @@ def execute(plan: RunPlan, *, debug: bool = False, err: Any = None) -> int:
         except NetworkError as exc:
             print(f"notebook-launcher: {exc}", file=err)
             return 1
-    with patched_environ(plan.env):
+    # Each worker arms a death signal for its parent, this process (cli/bootstrap.py).
+    with patched_environ({**plan.env, LAUNCHER_PID_ENV: str(os.getpid())}):
         try:
             torchrun.run(torchrun.parse_args(plan.torchrun_args))
         except ChildFailedError as exc:
