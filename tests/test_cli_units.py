@@ -73,7 +73,10 @@ def test_rdzv_backend_and_restarts_from_the_file_reach_torchrun(tmp_path):
     from notebook_launcher.cli.resolve import resolve_launch_config
 
     path = tmp_path / "c.yaml"
-    path.write_text("num_processes: 2\nrdzv_backend: c10d\nmax_restarts: 2\nmain_process_port: 0\n")
+    path.write_text(
+        "num_processes: 4\nnum_machines: 2\nmain_process_ip: 10.1.2.3\nmain_process_port: 29511\n"
+        "rdzv_backend: c10d\nmax_restarts: 2\n"
+    )
     args = launch_parser().parse_args(["--config_file", str(path), "s.py"])
     cpu_only = SimpleNamespace(cuda_device_count=0, fp8_supported=False, bf16_supported=True)
     config, source = resolve_launch_config(args, hardware=cpu_only)
@@ -81,6 +84,17 @@ def test_rdzv_backend_and_restarts_from_the_file_reach_torchrun(tmp_path):
     plan = build_plan(config, ["script", "s.py"])
     assert "--rdzv_backend=c10d" in plan.torchrun_args and "--max_restarts=2" in plan.torchrun_args
     assert "--rdzv_conf=is_host=true" in plan.torchrun_args
+    assert "--rdzv_endpoint=10.1.2.3:29511" in plan.torchrun_args
+
+
+def test_one_machine_rendezvous_is_static_on_loopback_and_says_so():
+    # c10d on one machine would make torchrun's agent open a second store on every interface.
+    config = LaunchConfig(
+        num_processes=2, main_process_ip="10.1.2.3", main_process_port=0, rdzv_backend="c10d"
+    )
+    plan = build_plan(config, ["script", "s.py"])
+    assert "--rdzv_backend=static" in plan.torchrun_args and "--master_addr=127.0.0.1" in plan.torchrun_args
+    assert any("rdzv_backend=c10d is for several machines" in note for note in plan.notes)
 
 
 def test_plan_on_one_machine_turns_port_0_into_a_free_port():

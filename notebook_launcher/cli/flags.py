@@ -271,6 +271,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("tee", "Also write worker output into --log_dir: 0 none, 1 stdout, 2 stderr, 3 both, or 0:3,1:1.",
          convert=std_streams, aliases=("-t",), group=_OTHER),
     Flag("log_dir", "Directory for worker logs and error files.", metavar="DIR", group=_OTHER),
+    Flag("rank_prefix", "Prefix each worker output line with its rank, [rank0] (default true).",
+         convert=boolean, group=_OTHER),
 )
 # fmt: on
 

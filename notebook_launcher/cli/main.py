@@ -12,9 +12,13 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import NotebookLauncherError, closest
 from .flags import Parser, UsageError, launch_parser
+
+if TYPE_CHECKING:
+    from .torchrun import RunPlan
 
 PROG = "notebook-launcher"
 COMMANDS = ("launch", "config", "env", "test")
@@ -91,16 +95,16 @@ def launch_command(argv: list[str]) -> int:
 
 
 def test_command(argv: list[str]) -> int:
+    from .selftest import choose_processes, verdict
+
     args = launch_parser(f"{PROG} test", with_script=False).parse_args(argv)
     if args.generate_config:
         args.config_file = str(_generate_config(args.config_file))
-    status = launch_with(args, ["module", "notebook_launcher.cli.selftest"])
-    if status == 0:
-        print(f"{PROG} test: distributed training works here.")
-    else:
-        print(
-            f"{PROG} test: distributed training does NOT work here (see the failure above).", file=sys.stderr
-        )
+    choose_processes(args)
+    plan = prepare_launch(args, ["module", "notebook_launcher.cli.selftest"])
+    status = execute_plan(plan)
+    message, failed = verdict(status, plan.config)
+    print(f"{PROG} test: {message}", file=sys.stderr if failed else sys.stdout)
     return status
 
 
@@ -125,8 +129,13 @@ def _target(args: object) -> list[str]:
 
 def launch_with(args: object, target: list[str]) -> int:
     """Resolve the config, print what --debug asks for, and run through torchrun."""
+    return execute_plan(prepare_launch(args, target))
+
+
+def prepare_launch(args: object, target: list[str]) -> RunPlan:
+    """The plan torchrun will run: config resolved, notes and --debug output printed."""
     from .resolve import resolve_launch_config
-    from .torchrun import build_plan, describe_plan, execute
+    from .torchrun import build_plan, describe_plan
 
     config, source = resolve_launch_config(args)  # type: ignore[arg-type]
     plan = build_plan(
@@ -135,6 +144,7 @@ def launch_with(args: object, target: list[str]) -> int:
         threads=args.num_cpu_threads_per_process,  # type: ignore[attr-defined]
         tee=args.tee,  # type: ignore[attr-defined]
         log_dir=args.log_dir,  # type: ignore[attr-defined]
+        rank_prefix=args.rank_prefix is not False,  # type: ignore[attr-defined]
     )
     quiet = bool(args.quiet)  # type: ignore[attr-defined]
     for note in (*source.notes, *plan.notes):
@@ -146,6 +156,12 @@ def launch_with(args: object, target: list[str]) -> int:
             file=sys.stderr,
         )
     sys.stderr.flush()
+    return plan
+
+
+def execute_plan(plan: RunPlan) -> int:
+    from .torchrun import execute
+
     return execute(plan, debug=plan.config.debug)
 
 

@@ -1,14 +1,52 @@
-"""The short training `notebook-launcher test` runs on every configured process.
+"""`notebook-launcher test`: how many processes it runs, the short training each runs, and what
+it may then claim.
 
-It checks what distributed training relies on, through the same `Accelerator` user scripts use:
-the world has the expected size, a sum over ranks is right, a few optimizer steps on sharded data
-reduce the loss, and afterwards every rank holds identical weights. Any failed check raises, which
-the launcher reports with the failing rank and its traceback.
+The training checks what distributed training relies on, through the same `Accelerator` user
+scripts use: the world has the expected size, a sum over ranks is right, a few optimizer steps on
+sharded data reduce the loss, and afterwards every rank holds identical weights. Any failed check
+raises, which the launcher reports with the failing rank and its traceback. One process checks
+none of the distributed part, so without GPUs the test runs 2 (as notebook_launch does), and a
+run of one process says plainly that distributed training was not tested.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
+
+CPU_PROCESSES = 2
+
+
+def choose_processes(args: Any) -> None:
+    """On a machine without GPUs (or with --cpu), run 2 processes per machine unless the flags or
+    the config file say how many (the launch default there would be 1)."""
+    if args.num_processes is not None:
+        return
+    from .resolve import read_config_file
+
+    config, _ = read_config_file(args.config_file)
+    if config.num_processes is not None:
+        return
+    if not (args.cpu or config.use_cpu):
+        from ..hardware import detect
+
+        if detect().cuda_device_count:
+            return  # one process per GPU, as `launch` does
+    args.num_processes = CPU_PROCESSES * (args.num_machines or config.num_machines)
+
+
+def verdict(status: int, config: Any) -> tuple[str, bool]:
+    """(what the test may claim, whether it failed) after the run of `config`."""
+    if status != 0:
+        return "distributed training does NOT work here (see the failure above).", True
+    world = int(config.num_processes)
+    if world < 2:
+        return (
+            "training works on 1 process here, but distributed training was NOT tested: that needs 2 or more "
+            "processes (`notebook-launcher test --num_processes 2`; add --cpu on a machine with a single GPU).",
+            False,
+        )
+    return f"distributed training works here ({world} processes, {config.distributed_type}).", False
 
 
 def _data(samples: int = 256) -> tuple:

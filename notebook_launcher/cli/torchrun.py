@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import sys
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,9 +26,12 @@ from typing import Any
 from ..config import LaunchConfig, config_to_env, patched_environ, to_file_dict
 from ..errors import ConfigError, NetworkError
 from ..network import free_port, port_is_free, socket_interface_env, wait_for_main
+from ..store import ALL_INTERFACES, LOOPBACK, host_store, store_bind_address
 from .bootstrap import LAUNCHER_PID_ENV
 
 BOOTSTRAP = "notebook_launcher.cli.bootstrap"
+RANK_PREFIX_TEMPLATE = "[rank${rank}] "  # as notebook_launch prints; torchrun fills in the global rank
+PREFIX_TEMPLATE_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 RDZV_ID = "notebook_launcher"
 DETAIL_CRASH_HINT = (
     "Hint: TORCH_DISTRIBUTED_DEBUG=DETAIL (set by --debug) makes DistributedDataParallel crash with SIGSEGV on "
@@ -45,6 +50,7 @@ class RunPlan:
     env: dict[str, str]
     notes: list[str] = field(default_factory=list)
     wait_for_main: bool = False  # a machine other than 0: check the main machine's port first
+    log_dir: str | None = None  # the user's --log_dir; None: a temporary one, removed after the run
 
     @property
     def local_processes(self) -> int:
@@ -88,36 +94,32 @@ def build_plan(
     threads: int | None = None,
     tee: str | None = None,
     log_dir: str | None = None,
+    rank_prefix: bool = True,
 ) -> RunPlan:
-    """Choose the port and thread count, and write torchrun's arguments and the workers' env."""
+    """Choose the port and thread count, and write torchrun's arguments and the workers' env.
+
+    Every line a worker prints is prefixed with its rank (`[rank1] ...`, as in notebook_launch):
+    torchrun's --tee copies each worker's output to the console with the prefix template. On one
+    machine the rendezvous is static and on loopback (see _rendezvous_args).
+    """
     notes: list[str] = []
     config = config.replace(main_process_port=choose_port(config, notes))
     local = int(config.num_processes) // config.num_machines
-    endpoint = f"{config.main_process_ip}:{config.main_process_port}"
-    args = [
-        f"--nnodes={config.num_machines}",
-        f"--nproc_per_node={local}",
-        f"--rdzv_backend={config.rdzv_backend}",
-    ]
-    if config.rdzv_backend == "static":
-        args += [
-            f"--node_rank={config.machine_rank}",
-            f"--master_addr={config.main_process_ip}",
-            f"--master_port={config.main_process_port}",
-        ]
-    else:
-        is_host = "true" if config.machine_rank == 0 else "false"
-        args += [f"--rdzv_endpoint={endpoint}", f"--rdzv_id={RDZV_ID}", f"--rdzv_conf=is_host={is_host}"]
+    args = [f"--nnodes={config.num_machines}", f"--nproc_per_node={local}", *_rendezvous_args(config, notes)]
     args += [f"--max_restarts={config.max_restarts}", f"--monitor_interval={config.monitor_interval}"]
+    from ..hardware import ranks_run_on_cpu
+
+    env = dict(config_to_env(config, cpu_world=ranks_run_on_cpu(config.runs_on_cpu)))
+    if rank_prefix and tee is None:
+        tee = "3"
+    if rank_prefix and tee not in (None, "0"):
+        env[PREFIX_TEMPLATE_ENV] = RANK_PREFIX_TEMPLATE
     if tee is not None:
         args.append(f"--tee={tee}")
     if log_dir is not None:
         args.append(f"--log_dir={log_dir}")
     args += ["--module", BOOTSTRAP, *target]
 
-    from ..hardware import ranks_run_on_cpu
-
-    env = dict(config_to_env(config, cpu_world=ranks_run_on_cpu(config.runs_on_cpu)))
     threads_value = omp_threads(config, threads, local)
     if threads_value is not None:
         env["OMP_NUM_THREADS"] = threads_value
@@ -138,7 +140,37 @@ def build_plan(
         env=env,
         notes=notes,
         wait_for_main=config.num_machines > 1 and config.machine_rank != 0,
+        log_dir=log_dir,
     )
+
+
+def _rendezvous_args(config: LaunchConfig, notes: list[str]) -> list[str]:
+    """torchrun's rendezvous flags. One machine: static on 127.0.0.1, whatever the config says,
+    because the store then listens on loopback only (c10d's agent would open a second store on
+    every interface, and nothing is gained from c10d on one machine)."""
+    if config.num_machines == 1:
+        if config.rdzv_backend != "static":
+            notes.append(
+                f"rdzv_backend={config.rdzv_backend} is for several machines; on one machine the rendezvous is "
+                "static, on 127.0.0.1 only."
+            )
+        return ["--rdzv_backend=static", "--node_rank=0", f"--master_addr={LOOPBACK}",
+                f"--master_port={config.main_process_port}"]  # fmt: skip
+    if config.rdzv_backend == "static":
+        return [
+            "--rdzv_backend=static",
+            f"--node_rank={config.machine_rank}",
+            f"--master_addr={config.main_process_ip}",
+            f"--master_port={config.main_process_port}",
+        ]
+    is_host = "true" if config.machine_rank == 0 else "false"
+    endpoint = f"{config.main_process_ip}:{config.main_process_port}"
+    return [
+        f"--rdzv_backend={config.rdzv_backend}",
+        f"--rdzv_endpoint={endpoint}",
+        f"--rdzv_id={RDZV_ID}",
+        f"--rdzv_conf=is_host={is_host}",
+    ]
 
 
 def describe_plan(plan: RunPlan, source: str) -> str:
@@ -148,8 +180,11 @@ def describe_plan(plan: RunPlan, source: str) -> str:
     config = plan.config
     lines = [f"resolved config (flags > {source} > detected defaults):"]
     lines += ["  " + line for line in yaml.safe_dump(to_file_dict(config), sort_keys=False).splitlines()]
+    backend, host = (
+        (config.rdzv_backend, config.main_process_ip) if config.num_machines > 1 else ("static", LOOPBACK)
+    )
     lines.append(
-        f"rendezvous: backend={config.rdzv_backend} endpoint={config.main_process_ip}:{config.main_process_port} "
+        f"rendezvous: backend={backend} endpoint={host}:{config.main_process_port} "
         f"machines={config.num_machines} machine_rank={config.machine_rank} "
         f"processes_per_machine={plan.local_processes} world_size={config.num_processes}"
     )
@@ -169,8 +204,48 @@ def _quiet_elastic_logs(level: int) -> None:
 
 
 def execute(plan: RunPlan, *, debug: bool = False, err: Any = None) -> int:
-    """Run the plan through torchrun; 0 on success, 1 when a rank failed, 128+N on signal N."""
+    """Run the plan through torchrun; 0 on success, 1 when a rank failed, 128+N on signal N.
+
+    Without --log_dir, torchrun's logs and error files go to a temporary folder removed afterwards
+    (torchrun's own default, a new /tmp/torchelastic_* folder per run, is never removed).
+    """
     err = err or sys.stderr
+    log_dir = plan.log_dir or tempfile.mkdtemp(prefix="notebook_launcher_logs_")
+    args = plan.torchrun_args
+    if plan.log_dir is None:
+        at = args.index("--module")
+        args = [*args[:at], f"--log_dir={log_dir}", *args[at:]]
+    store = hosted_store(plan.config)
+    try:
+        return _run_torchrun(plan, args, debug, err)
+    finally:
+        store = None  # noqa: F841 - closes the rendezvous port
+        if plan.log_dir is None:
+            shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def hosted_store(config: LaunchConfig) -> Any:
+    """On machine 0, torch's rendezvous store listening where store.store_bind_address says.
+
+    torchrun's agent then creates its store on the same port with multi_tenant=True, which shares
+    this server instead of opening one on every interface (TCPStore's own choice). None where
+    this machine hosts nothing, or all interfaces is what is needed anyway.
+    """
+    if config.machine_rank != 0:
+        return None
+    bind = store_bind_address(config.main_process_ip, config.num_machines)
+    if bind == ALL_INTERFACES:
+        return None
+    try:
+        return host_store(bind, int(config.main_process_port), timeout_s=15 * 60, multi_tenant=True)
+    except (OSError, RuntimeError) as exc:
+        raise ConfigError(
+            f"the rendezvous store cannot listen on {bind}:{config.main_process_port} ({exc}); pass another "
+            "--main_process_port."
+        ) from None
+
+
+def _run_torchrun(plan: RunPlan, args: list[str], debug: bool, err: Any) -> int:
     from torch.distributed import run as torchrun
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -189,7 +264,7 @@ def execute(plan: RunPlan, *, debug: bool = False, err: Any = None) -> int:
     # Each worker arms a death signal for its parent, this process (cli/bootstrap.py).
     with patched_environ({**plan.env, LAUNCHER_PID_ENV: str(os.getpid())}):
         try:
-            torchrun.run(torchrun.parse_args(plan.torchrun_args))
+            torchrun.run(torchrun.parse_args(args))
         except ChildFailedError as exc:
             print(describe_failures(exc.failures), file=err)
             crashed = any(f.exitcode == -signal.SIGSEGV for f in exc.failures.values())

@@ -14,6 +14,7 @@ from typing import Any
 from ..config import LaunchConfig, resolve_config, worker_env
 from ..errors import ConfigError
 from ..network import port_is_free, socket_interface_env, wait_for_main
+from ..store import LOOPBACK, host_store, store_bind_address
 from .result import LaunchStopped
 from .worker import WorkerSpec
 
@@ -185,7 +186,9 @@ def rendezvous(config: LaunchConfig, num_machines: int) -> tuple[str, int, Any]:
             "A launch over several machines needs master_addr (main_process_ip): the address of the machine "
             "with node_rank 0, reachable from every machine."
         )
-    addr = config.main_process_ip or "127.0.0.1"
+    # One machine: the store listens on loopback only (store.store_bind_address), so that is
+    # where the workers find it, whatever main_process_ip a config file carries.
+    addr = config.main_process_ip if num_machines > 1 else LOOPBACK
     port = (
         config.main_process_port
         if config.main_process_port is not None
@@ -195,7 +198,7 @@ def rendezvous(config: LaunchConfig, num_machines: int) -> tuple[str, int, Any]:
         return addr, port, None
     if port:
         check_port_free(port)
-    store = _host_store(port)
+    store = _host_store(store_bind_address(config.main_process_ip, num_machines), port)
     return addr, store.port, store
 
 
@@ -220,18 +223,13 @@ def machine_network(
     return env, reach_main
 
 
-def _host_store(port: int) -> Any:
-    import datetime
-
-    from torch.distributed import TCPStore
-
+def _host_store(bind: str, port: int) -> Any:
     try:
-        return TCPStore(
-            "0.0.0.0", port, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(minutes=30)
-        )
-    except RuntimeError as exc:  # DistNetworkError subclasses RuntimeError
+        return host_store(bind, port, timeout_s=30 * 60)
+    except (OSError, RuntimeError) as exc:  # DistNetworkError subclasses RuntimeError
+        where = f"{bind}:{port}" if bind else f"port {port}"
         raise ConfigError(
-            f"Could not open the rendezvous port {port}: {exc}. Pass another master_port."
+            f"Could not open the rendezvous store on {where}: {exc}. Pass another master_port."
         ) from None
 
 
