@@ -117,7 +117,8 @@ def test_interrupting_the_kernel_stops_workers_and_next_launch_works(kernel):
         """
     )
     run = kernel.run(long_run, timeout=60, interrupt_after_output="[rank1] started 1")
-    assert run.error is not None and run.error["ename"] == "KeyboardInterrupt"
+    # LaunchInterrupted is the KeyboardInterrupt that also says where each rank was
+    assert run.error is not None and run.error["ename"] == "LaunchInterrupted"
     assert psutil.Process(kernel.pid).children(recursive=True) == []
     again = kernel.run("r = notebook_launch(train, args=(1,), num_processes=2); print(len(r), r[1]['rank'])")
     assert again.error is None, again.text

@@ -8,12 +8,14 @@ import re
 import time
 from collections.abc import Sequence
 
+from . import worker as _worker_module
 from .processes import Worker
 
 _FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+) in (?P<func>.+)$')
 DUMP_HEADER = "(most recent call first):"  # faulthandler's first line for each thread
 QUIET_SECONDS = 0.1  # faulthandler writes a dump in one go; this long without output means it is done
 MAX_WAIT_SECONDS = 2.0
+_WORKER_FILE = _worker_module.__file__
 
 
 class StackDump:
@@ -45,10 +47,27 @@ class StackDump:
         return dumped and now - worker.last_output >= QUIET_SECONDS
 
     def texts(self) -> dict[int, str]:
-        """What each worker printed since the request, with source lines added."""
-        return {
-            w.rank: with_source_lines("\n".join(list(w.lines)[self.marks[w.rank] :])) for w in self.workers
-        }
+        """What each worker printed since the request: the user's frames, with source lines."""
+        return {w.rank: readable("\n".join(list(w.lines)[self.marks[w.rank] :])) for w in self.workers}
+
+
+def readable(dump: str) -> str:
+    return with_source_lines(without_launcher_frames(dump))
+
+
+def without_launcher_frames(dump: str) -> str:
+    """Cut each thread's stack at the worker's entry frame: what lies below it is the launcher's
+    start-up (under fork, the whole kernel's stack, inherited), never the user's code."""
+    out, skipping = [], False
+    for line in dump.splitlines():
+        match = _FRAME.match(line)
+        if match is None:
+            skipping = False  # a thread header, a blank line or other output
+        elif match["file"] == _WORKER_FILE and match["func"] == "run_worker":
+            skipping = True
+        if not skipping:
+            out.append(line)
+    return "\n".join(out)
 
 
 def with_source_lines(dump: str) -> str:
