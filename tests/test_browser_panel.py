@@ -1,8 +1,9 @@
 """The ConfigPanel and RunView in a real JupyterLab 4 and a real Notebook 7, driven by headless Chromium.
 
 A user's path: run the notebook, pick a strategy and a precision by clicking, Save, Launch, watch
-the run finish (per-rank output, chart), and Stop a long run, after which no worker is left.
-Screenshots go to test-artifacts/ and one of the panel to docs/panel.png for the README.
+the run finish (per-rank output, chart), and Stop a long run, after which no worker is left; and
+what a failed run looks like in the cell. Screenshots go to test-artifacts/, one of the panel to
+docs/panel.png and one of a failed run to docs/failed_run.png (both shown in the docs).
 """
 
 from __future__ import annotations
@@ -88,6 +89,25 @@ pathlib.Path("kernel_pid.txt").write_text(str(os.getpid()))
 """
 
 
+FAILING_SETUP = """
+import torch
+from torch import nn
+from notebook_launcher import notebook_launch, Accelerator
+
+def train():
+    accelerator = Accelerator()
+    model = accelerator.prepare(nn.Linear(8, 1))
+    for step in range(3):
+        x = torch.randn(4, 8)
+        if accelerator.process_index == 1 and step == 2:
+            x = x[:, :7]  # a bad batch on rank 1
+        loss = model(x).pow(2).mean()
+        accelerator.backward(loss)
+        print(f"step {step}: loss {loss.item():.3f}")
+"""
+
+FAILING_CELL = "notebook_launch(train, num_processes=2)"
+
 BLOCKING_CELL = """
 from notebook_launcher import notebook_launch
 notebook_launch(sleepy, num_processes=2, view=True)  # blocks: Stop must still reach the kernel
@@ -112,6 +132,7 @@ def notebook_dir(scratch):
     notebooks = {
         "panel.ipynb": [SETUP_CELL, LONG_CELL],
         "blocking.ipynb": [LIGHT_SETUP + SLEEPY, BLOCKING_CELL],
+        "failing.ipynb": [FAILING_SETUP, FAILING_CELL],
     }
     for name, cells in notebooks.items():
         nb = new_notebook(cells=[new_code_cell(code.strip()) for code in cells])
@@ -286,3 +307,25 @@ def test_stop_reaches_a_blocking_launch(tab, lab, notebook_dir):
     assert tab.evaluate("() => window.__runAll") is False  # the cell raised LaunchStopped
     assert [e["ename"] for e in jl.error_outputs(tab)] == ["LaunchStopped"]
     jl.wait_kernel_idle(tab)
+
+
+def test_a_failed_run_shows_one_line_and_the_workers_traceback(tab, lab):
+    jl.open_notebook(tab, lab, "failing.ipynb")
+    assert jl.run_all_cells(tab) is False  # the launch cell raised
+    assert [e["ename"] for e in jl.error_outputs(tab)] == ["WorkerError"]
+    cell = tab.locator(f"{jl.NOTEBOOK} .jp-Cell").nth(1)
+    error = cell.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").last
+    lines = error.inner_text().splitlines()
+    assert lines[0].startswith(
+        "WorkerError: rank 1 raised RuntimeError: mat1 and mat2 shapes cannot be multiplied"
+    )
+    assert "--- traceback of rank 1 ---" in lines
+    assert any(re.fullmatch(r"\s*Cell In\[\d+\], line 12, in train", line) for line in lines), lines
+    shown = "\n".join(lines)
+    assert "supervisor.py" not in shown and "launch/notebook.py" not in shown
+    assert "[rank1] step 1: loss" in cell.inner_text()  # the ranks' output stays above the error
+    jl.wait_kernel_idle(tab)
+    ARTIFACTS.mkdir(exist_ok=True)
+    cell.screenshot(path=str(ARTIFACTS / f"failed_run-{lab.app}.png"))
+    if lab.app == "lab":
+        shutil.copyfile(ARTIFACTS / "failed_run-lab.png", ROOT / "docs" / "failed_run.png")
