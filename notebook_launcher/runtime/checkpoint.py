@@ -9,6 +9,11 @@ inside random_states (Accelerate ignores the extra key), and trackers.json (whic
 open, only when there were any) so a resumed run continues them. FSDP and DeepSpeed strategies write their
 own model/optimizer files. Everything is written into a hidden sibling folder and renamed into
 place once every rank has finished, so a crash never leaves a half-written checkpoint.
+
+Everything but the registered custom objects is loaded with `torch.load(weights_only=True)`
+(tensors and plain data only, NumPy's random state allowed, as Accelerate loads them), so a
+tampered checkpoint cannot run code on load; custom objects' state is whatever their
+state_dict() returns, so it stays a pickle: load only checkpoints you wrote.
 """
 
 from __future__ import annotations
@@ -196,15 +201,15 @@ def load_state(objects: TrainingObjects, ranks: Ranks, input_dir: str | os.PathL
         strategy.load_training_state(folder, objects.models, objects.optimizers)
     for i, scheduler in enumerate(objects.schedulers):
         scheduler.load_state_dict(
-            torch.load(_first(folder, numbered("scheduler.bin", i), f"scheduler_{i}.bin"), weights_only=False)
+            torch.load(_first(folder, numbered("scheduler.bin", i), f"scheduler_{i}.bin"), weights_only=True)
         )
     if objects.scaler is not None and (folder / SCALER_NAME).exists():
-        objects.scaler.load_state_dict(torch.load(folder / SCALER_NAME, weights_only=False))
+        objects.scaler.load_state_dict(torch.load(folder / SCALER_NAME, weights_only=True))
     _load_custom_objects(folder, objects.custom_objects)
     overrides: dict[str, Any] = {}
     rng_file = folder / f"random_states_{ranks.index}.pkl"
     if rng_file.exists():
-        states = _load_pickle_or_torch(rng_file)
+        states = _load_random_states(rng_file)
         restore_rng_state(states)
         overrides["step"] = int(states.get("step", 0))
         for loader, position in zip(objects.dataloaders, states.get(LOADERS_KEY, []), strict=False):
@@ -228,7 +233,7 @@ def _load_full_model_files(folder: Path, models: list, objects: TrainingObjects)
     first_model = objects.models[0] if objects.models else None
     for i, optimizer in enumerate(objects.optimizers):
         path = _first(folder, numbered("optimizer.bin", i), f"optimizer_{i}.bin")
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = torch.load(path, map_location="cpu", weights_only=True)
         strategy.load_optimizer_state_dict(optimizer, first_model, state)
 
 
@@ -242,6 +247,38 @@ def _load_custom_objects(folder: Path, custom_objects: list) -> None:
         )
     for i, obj in enumerate(custom_objects):
         obj.load_state_dict(_load_pickle_or_torch(folder / f"custom_checkpoint_{i}.pkl"))
+
+
+def _load_random_states(path: Path) -> dict[str, Any]:
+    """A random_states file, as Accelerate loads it: weights_only, with NumPy's random state (an
+    array of its own dtype) allowed. A plain pickle from a pre-release version is refused rather
+    than unpickled: it could run code."""
+    try:
+        with torch.serialization.safe_globals(_numpy_state_globals()):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise AcceleratorError(
+            f"{str(path)!r} holds more than random states ({exc}); it is not loaded, because unpickling it could "
+            "run code. Load only checkpoints you wrote; to resume without the random states, delete the file."
+        ) from None
+    except RuntimeError as exc:  # not a torch file: a plain pickle written before the Accelerate layout
+        raise AcceleratorError(
+            f"{str(path)!r} was written by a pre-release version as a plain pickle, which load_state no longer "
+            f"unpickles ({exc}); delete it to resume without the random states."
+        ) from None
+
+
+def _numpy_state_globals() -> list[Any]:
+    try:
+        import numpy
+    except ImportError:
+        return []
+    core = getattr(numpy, "_core", None) or numpy.core  # numpy 2 renamed it
+    allowed = [core.multiarray._reconstruct, numpy.ndarray, numpy.dtype]
+    allowed += [type(numpy.dtype(numpy.uint32))]  # numpy >= 1.25 pickles the dtype's own class
+    import codecs
+
+    return [*allowed, codecs.encode]
 
 
 def _load_pickle_or_torch(path: Path) -> Any:

@@ -214,7 +214,7 @@ class FSDPStrategy(Strategy):
             state = torch.load(folder / f"model_{i}.bin", map_location="cpu", weights_only=True)
             ckpt.load_full_model_state(model, state)
         for i, optimizer in enumerate(optimizers):
-            state = torch.load(folder / f"optimizer_{i}.bin", map_location="cpu", weights_only=False)
+            state = torch.load(folder / f"optimizer_{i}.bin", map_location="cpu", weights_only=True)
             ckpt.load_full_optimizer_state(ckpt.model_of(optimizer, models), optimizer, state)
 
     @property
