@@ -49,7 +49,8 @@ class Inbox:
             self._emit_lines(worker, stream, worker.partial[stream], final=True)
             worker.partial[stream] = b""
             return False
-        worker.last_output = time.monotonic()
+        if stream == "stderr":
+            worker.last_stderr = time.monotonic()
         worker.partial[stream] = self._emit_lines(worker, stream, worker.partial[stream] + chunk)
         return True
 

@@ -32,7 +32,7 @@ class Worker:
     msg: Connection
     partial: dict[str, bytes] = field(default_factory=lambda: {"stdout": b"", "stderr": b""})
     lines: collections.deque = field(default_factory=lambda: collections.deque(maxlen=MAX_LOG_LINES))
-    last_output: float = 0.0  # time.monotonic() of the last output read
+    last_stderr: float = 0.0  # time.monotonic() of the last stderr read (where stack dumps go)
     exited: bool = False
     started: bool = False  # reached our worker code (a spawned child can die while bootstrapping)
     reported: bool = False  # sent a result or an error

@@ -14,7 +14,7 @@ from .processes import Worker
 _FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+) in (?P<func>.+)$')
 DUMP_HEADER = "(most recent call first):"  # faulthandler's first line for each thread
 QUIET_SECONDS = 0.1  # faulthandler writes a dump in one go; this long without output means it is done
-MAX_WAIT_SECONDS = 2.0
+MAX_WAIT_SECONDS = 1.0
 _WORKER_FILE = _worker_module.__file__
 
 
@@ -23,9 +23,10 @@ class StackDump:
     output lines belong to it, and whether every dump is complete.
 
     faulthandler prints from its C signal handler, so a dump arrives even from a rank stuck inside a
-    collective, but it marks no end: a dump counts as complete once its header has arrived and its
-    stderr has been quiet for QUIET_SECONDS, or its worker has exited. Lines arriving later still
-    count (everything after the mark is the dump), so a late line is never lost, only not waited for.
+    collective, but it marks no end: a dump counts as complete once its header has arrived and the
+    worker's stderr has been quiet for QUIET_SECONDS, or the worker has exited; MAX_WAIT_SECONDS at
+    most (a rank that floods stderr is never quiet). Lines arriving later still count (everything
+    after the mark is the dump), so a late line is never lost, only not waited for.
     """
 
     def __init__(self, workers: Sequence[Worker]) -> None:
@@ -44,7 +45,7 @@ class StackDump:
             return True
         since = itertools.islice(worker.lines, self.marks[worker.rank], None)
         dumped = any(DUMP_HEADER in line for line in since)
-        return dumped and now - worker.last_output >= QUIET_SECONDS
+        return dumped and now - worker.last_stderr >= QUIET_SECONDS
 
     def texts(self) -> dict[int, str]:
         """What each worker printed since the request: the user's frames, with source lines."""
