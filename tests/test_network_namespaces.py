@@ -9,6 +9,7 @@ Each "machine" is a separate program started inside its namespace, as on two hos
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 
@@ -69,10 +70,9 @@ def hosts():
 
 
 def _results(done) -> list:
-    """Every RESULT line of every process, in order."""
-    return [
-        json.loads(line[7:]) for r in done for line in r.stdout.splitlines() if line.startswith("RESULT ")
-    ]
+    """Every RESULT line of every process, in order (the CLI puts the rank in front: `[rank1] RESULT`)."""
+    lines = [re.sub(r"^\[rank\d+\] ", "", line) for r in done for line in r.stdout.splitlines()]
+    return [json.loads(line[7:]) for line in lines if line.startswith("RESULT ")]
 
 
 def test_notebook_launch_forms_one_world_across_two_hosts(hosts, tmp_path):
