@@ -206,7 +206,8 @@ def check_cli(nb) -> None:
     for rank in range(n):
         device = f"cuda:{rank}" if gpu else "cpu"
         assert f"rank {rank} of {n} on machine 0, device {device}, mixed precision {got['precision']}" in cli
-    assert re.findall(r"^epoch (\d): loss", cli, flags=re.M) == ["1", "2", "3"]  # printed once (rank 0)
+    # printed once (rank 0), with the rank in front as the CLI prints every worker line
+    assert re.findall(r"^\[rank0\] epoch (\d): loss", cli, flags=re.M) == ["1", "2", "3"]
     assert f"final loss {got['cli_loss']!r}" in cli
     shown = output_of(nb, "config show")
     assert f"mixed_precision: {got['precision']}" in shown and f"num_processes: {n}" in shown
