@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import cloudpickle
 
 from ..launch.events import MetricLogged, OutputLine, RunFinished, RunStarted
-from ..launch.result import LaunchResult, LaunchStopped, LaunchTimeout, RankFailure, WorkerError
+from ..launch.result import LaunchResult, LaunchStopped, LaunchTimeout, RankFailure, WorkerError, metric_row
 from .node import NodeJob, NodeOutcome
 
 POLL_SECONDS = 0.2
@@ -132,7 +132,7 @@ class ClusterRun:
         if isinstance(event, OutputLine):
             self.lines.setdefault(event.rank, []).append(event.text)
         elif isinstance(event, MetricLogged):
-            self.metrics.append({"rank": event.rank, "step": event.step, "time": event.time, **event.values})
+            self.metrics.append(metric_row(event.rank, event.step, event.time, event.values))
         self._emit(event)
 
     def _result(self, reason: str | None, started: float) -> LaunchResult:

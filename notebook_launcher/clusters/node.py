@@ -157,6 +157,7 @@ def _portable(failure: RankFailure) -> RankFailure:
         exception=exception,
         output_tail=failure.output_tail,
         secondary=failure.secondary,
+        description=failure.description,
     )
 
 
