@@ -92,9 +92,11 @@ def test_what_a_worker_started_ends_with_the_launch(tmp_path, outcome):
 
 class _Unkillable:
     """Stands in for a process stuck in the kernel (state D), which even SIGKILL cannot end: a test
-    cannot make a real one without a hung device or file system. join(timeout) waits and gives up."""
+    cannot make a real one without a hung device or file system. join(timeout) waits and gives up,
+    and the kernel (os.waitpid, patched below) says it is still there."""
 
-    pid = None
+    pid = None  # nothing to signal
+    exitcode = None
     _popen = object()
 
     def __init__(self):
@@ -112,10 +114,17 @@ class _Unkillable:
         raise AssertionError("close() of a running process raises ValueError")
 
 
-def test_reaping_a_worker_that_survives_sigkill_is_bounded_and_named():
+def _pipes(multiprocessing):
+    return [end for _ in range(3) for end in multiprocessing.Pipe(duplex=False)]
+
+
+def test_reaping_a_worker_that_survives_sigkill_is_bounded_and_named(monkeypatch):
     import multiprocessing
 
-    ends = [end for _ in range(3) for end in multiprocessing.Pipe(duplex=False)]
+    from notebook_launcher.launch import processes
+
+    monkeypatch.setattr(processes.os, "waitpid", lambda pid, flags: (0, 0))  # "still running"
+    ends = _pipes(multiprocessing)
     worker = Worker(7, _Unkillable(), ends[0], ends[2], ends[4])
     start = time.monotonic()
     with warnings.catch_warnings(record=True) as caught:
@@ -126,3 +135,24 @@ def test_reaping_a_worker_that_survives_sigkill_is_bounded_and_named():
     assert worker.out.closed and worker.err.closed and worker.msg.closed  # its pipes are closed anyway
     for end in ends[1::2]:
         end.close()
+
+
+def test_a_worker_reaped_behind_multiprocessings_back_is_still_closed():
+    """What a Ctrl-C between multiprocessing's waitpid() and its bookkeeping leaves: a child the
+    kernel has reaped but multiprocessing believes alive. It must be closed, not reported stuck."""
+    import multiprocessing
+
+    fds = len(os.listdir("/proc/self/fd"))
+    ends = _pipes(multiprocessing)
+    process = multiprocessing.get_context("fork").Process(target=os._exit, args=(0,))
+    process.start()
+    os.waitpid(process.pid, 0)  # reaped here, as the interrupted call did
+    assert process.is_alive()  # multiprocessing cannot tell any more
+    worker = Worker(3, process, ends[0], ends[2], ends[4])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kill_and_reap(worker, bound=5)
+    assert not [w for w in caught if "did not exit" in str(w.message)]
+    for end in ends[1::2]:
+        end.close()
+    assert len(os.listdir("/proc/self/fd")) == fds  # the process's sentinel was closed too

@@ -102,6 +102,27 @@ def signal_process(worker: Worker, signum: int) -> None:
         pass
 
 
+def _reaped(process: Any, bound: float) -> bool:
+    """Wait up to `bound` seconds for the process to end; whether it has.
+
+    A Ctrl-C that lands between multiprocessing's waitpid() and its recording of the exit status
+    leaves a child that is gone but "alive" to multiprocessing forever (waitpid then fails with
+    ECHILD, which it reads as "not started yet"); ask the kernel instead, and record it.
+    """
+    process.join(bound)
+    if process.exitcode is not None:
+        return True
+    try:
+        pid, status = os.waitpid(process.pid, os.WNOHANG)
+    except ChildProcessError:  # reaped already, its status lost with the interrupted call
+        process._popen.returncode = -signal.SIGKILL
+        return True
+    if pid == 0:
+        return False  # really still there
+    process._popen.returncode = os.waitstatus_to_exitcode(status)
+    return True
+
+
 def kill_and_reap(worker: Worker, bound: float = REAP_SECONDS) -> None:
     """SIGKILL the worker's group, wait at most `bound` seconds for it, and close its pipes.
 
@@ -111,20 +132,21 @@ def kill_and_reap(worker: Worker, bound: float = REAP_SECONDS) -> None:
     """
     if worker.closed:
         return
+    stuck = False
     if worker.launched:
         signal_group(worker, signal.SIGKILL)
-        worker.process.join(bound)
-        if worker.process.is_alive():
-            warnings.warn(
-                f"rank {worker.rank} (pid {worker.process.pid}) did not exit within {bound:g}s of SIGKILL; it is "
-                "stuck in the kernel (uninterruptible I/O or a hung driver) and is left behind. `ps -o stat "
-                f"-p {worker.process.pid}` shows state D; it goes away once that I/O completes.",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-        else:
+        stuck = not _reaped(worker.process, bound)
+        if not stuck:
             worker.process.close()
     worker.exited = True
     for conn in (worker.out, worker.err, worker.msg):
         conn.close()
     worker.closed = True
+    if stuck:  # last: a warning turned into an error must not leave anything open
+        warnings.warn(
+            f"rank {worker.rank} (pid {worker.process.pid}) did not exit within {bound:g}s of SIGKILL; it is "
+            "stuck in the kernel (uninterruptible I/O or a hung driver) and is left behind. `ps -o stat "
+            f"-p {worker.process.pid}` shows state D; it goes away once that I/O completes.",
+            RuntimeWarning,
+            stacklevel=2,
+        )

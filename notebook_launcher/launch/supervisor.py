@@ -255,12 +255,18 @@ class Supervisor:
                 interrupted = True
 
     def _end_everything(self) -> None:
+        problems = []
         for worker in self.workers:
-            kill_and_reap(worker)
+            try:
+                kill_and_reap(worker)
+            except Exception as exc:  # e.g. its warning turned into an error: the others still end
+                problems.append(exc)
         self.selector.close()
         self.plan.store = None  # closes the rendezvous port
         if self.helpers is not None:
             self.helpers.stop_new()
+        if problems:
+            raise problems[0]
 
     def _unregister(self, fd: int) -> None:
         try:
