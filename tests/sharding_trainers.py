@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-from trainers import EpochCounter  # shared with the DDP checkpoint tests
+from trainers import EpochCounter, nudge_gradients  # shared with the DDP tests
 
 from notebook_launcher import Accelerator, set_seed
 
@@ -87,11 +87,14 @@ def train_transformer(
     optimizer_after_prepare: bool | str = False,
     optimizer: str = "adamw",
     pretend_machines: int = 1,
+    nudge: bool = False,
 ) -> dict:
     """The same loop through the Accelerator; returns full weights, losses and the local shard size.
 
     pretend_machines=2 makes this worker believe its 2 processes sit on 2 machines (one each), so
-    HYBRID_SHARD builds a (2, 1) mesh: replicate across the "machines", shard within each."""
+    HYBRID_SHARD builds a (2, 1) mesh: replicate across the "machines", shard within each.
+    nudge=True moves every synchronised gradient by one ulp each step (trainers.nudge_gradients):
+    the same training with rounding-sized noise added, whose gap to the plain run is the noise floor."""
     if pretend_machines > 1:  # a consistent world: each "machine" numbers its processes from 0
         per_machine = int(os.environ["WORLD_SIZE"]) // pretend_machines
         rank = int(os.environ["RANK"])
@@ -118,6 +121,8 @@ def train_transformer(
             with acc.accumulate(model):
                 loss = nn.functional.mse_loss(model(x), y)
                 acc.backward(loss)
+                if nudge and acc.sync_gradients:
+                    nudge_gradients(model.parameters(), len(losses))
                 if clip is not None and acc.sync_gradients:
                     acc.clip_grad_norm_(model.parameters(), clip)
                 opt.step()
@@ -138,11 +143,17 @@ def _local_numel(p: torch.Tensor) -> int:
 
 
 def train_with_checkpoint(
-    folder: str, stop_after: tuple[int, int] | None, resume: bool, batch_size: int = 8, epochs: int = 2
+    folder: str,
+    stop_after: tuple[int, int] | None,
+    resume: bool,
+    batch_size: int = 8,
+    epochs: int = 2,
+    nudge: bool = False,
 ) -> dict:
     """Shuffled SGD+momentum training; save and stop at (epoch, batch), or resume from folder.
 
-    One process with batch_size=16 sees the same samples per step as two with batch_size=8."""
+    One process with batch_size=16 sees the same samples per step as two with batch_size=8.
+    nudge: the same training with every gradient moved by one ulp per step (its noise floor)."""
     set_seed(3)
     acc = Accelerator()
     model = transformer_model()
@@ -155,6 +166,8 @@ def train_with_checkpoint(
     while counter.epoch < epochs:
         for step, (x, y) in enumerate(loader):
             acc.backward(nn.functional.mse_loss(model(x), y))
+            if nudge:
+                nudge_gradients(model.parameters(), 100 * counter.epoch + step)
             opt.step()
             opt.zero_grad()
             if stop_after is not None and (counter.epoch, step) == stop_after:
@@ -185,9 +198,15 @@ def train_and_save_model(folder: str, **accelerator_kwargs) -> dict:
 
 
 def train_seed_model(
-    batch_size: int, accumulation: int = 1, epochs: int = 3, lr: float = 0.05, scheduler: bool = False
+    batch_size: int,
+    accumulation: int = 1,
+    epochs: int = 3,
+    lr: float = 0.05,
+    scheduler: bool = False,
+    nudge: bool = False,
 ) -> dict:
-    """tests/trainers.py's regression loop (the seed model, SGD), returning get_state_dict()."""
+    """tests/trainers.py's regression loop (the seed model, SGD), returning get_state_dict().
+    nudge: every synchronised gradient moved by one ulp per step (the noise floor)."""
     from trainers import regression_data, regression_model
 
     set_seed(7)
@@ -199,10 +218,14 @@ def train_seed_model(
     if scheduler:
         objects.append(torch.optim.lr_scheduler.StepLR(opt, step_size=4, gamma=0.5))
     model, opt, loader, *sched = acc.prepare(*objects)
+    step = 0
     for _ in range(epochs):
         for x, y in loader:
             with acc.accumulate(model):
                 acc.backward(nn.functional.mse_loss(model(x), y))
+                if nudge and acc.sync_gradients:
+                    nudge_gradients(model.parameters(), step)
+                    step += 1
                 opt.step()
                 for s in sched:
                     s.step()

@@ -9,6 +9,21 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 from notebook_launcher import Accelerator, DataLoaderConfiguration, set_seed
 
 
+def nudge_gradients(parameters, step: int) -> None:
+    """Move every gradient element one float step (ulp) up or down, at random but the same on every
+    rank: rounding-sized noise of the kind another summation order makes. A run with this nudge
+    against one without measures how much rounding noise this training amplifies on this machine;
+    tests allow a stated multiple of that (the noise floor), never a fixed figure."""
+    generator = torch.Generator().manual_seed(1000 + step)
+    for p in parameters:
+        if p.grad is None:
+            continue
+        grad = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad  # FSDP: this rank's shard
+        up = torch.rand(grad.shape, generator=generator) < 0.5
+        away = torch.full_like(grad, float("inf"))
+        grad.copy_(torch.nextafter(grad, torch.where(up, away, -away)))
+
+
 def regression_data(n: int = 128, features: int = 10) -> TensorDataset:
     g = torch.Generator().manual_seed(1234)
     x = torch.randn(n, features, generator=g)
@@ -22,16 +37,22 @@ def regression_model(dropout: float = 0.0) -> nn.Module:
     return nn.Sequential(nn.Linear(10, 16), nn.Tanh(), nn.Dropout(dropout), nn.Linear(16, 1))
 
 
-def reference_weights(batch_size: int, epochs: int = 3, lr: float = 0.05) -> dict[str, torch.Tensor]:
-    """Plain PyTorch, one process, no notebook_launcher at all: the ground truth."""
+def reference_weights(
+    batch_size: int, epochs: int = 3, lr: float = 0.05, nudge: bool = False
+) -> dict[str, torch.Tensor]:
+    """Plain PyTorch, one process, no notebook_launcher at all: the ground truth (nudge: its noise floor)."""
     model = regression_model()
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     loader = DataLoader(regression_data(), batch_size=batch_size, shuffle=False)
+    step = 0
     for _ in range(epochs):
         for x, y in loader:
             opt.zero_grad()
             nn.functional.mse_loss(model(x), y).backward()
+            if nudge:
+                nudge_gradients(model.parameters(), step)
             opt.step()
+            step += 1
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
@@ -42,8 +63,10 @@ def train_regression(
     shuffle: bool = False,
     epochs: int = 3,
     lr: float = 0.05,
+    nudge: bool = False,
 ) -> dict[str, torch.Tensor]:
-    """The same loop through Accelerator; returns the final weights (every rank)."""
+    """The same loop through Accelerator; returns the final weights (every rank).
+    nudge: every synchronised gradient moved by one ulp per step (the noise floor)."""
     set_seed(7)
     acc = Accelerator(
         gradient_accumulation_steps=accumulation,
@@ -53,10 +76,14 @@ def train_regression(
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     loader = DataLoader(regression_data(), batch_size=batch_size, shuffle=shuffle)
     model, opt, loader = acc.prepare(model, opt, loader)
+    step = 0
     for _ in range(epochs):
         for x, y in loader:
             with acc.accumulate(model):  # Accelerate's order: backward, step, zero_grad
                 acc.backward(nn.functional.mse_loss(model(x), y))
+                if nudge and acc.sync_gradients:
+                    nudge_gradients(model.parameters(), step)
+                    step += 1
                 opt.step()
                 opt.zero_grad()
     state = {k: v.detach().cpu().clone() for k, v in acc.unwrap_model(model).state_dict().items()}
