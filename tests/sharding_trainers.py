@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-from trainers import EpochCounter, nudge_gradients  # shared with the DDP tests
+from trainers import EpochCounter, nudge_weights  # shared with the DDP tests
 
 from notebook_launcher import Accelerator, set_seed
 
@@ -93,8 +93,9 @@ def train_transformer(
 
     pretend_machines=2 makes this worker believe its 2 processes sit on 2 machines (one each), so
     HYBRID_SHARD builds a (2, 1) mesh: replicate across the "machines", shard within each.
-    nudge=True moves every synchronised gradient by one ulp each step (trainers.nudge_gradients):
-    the same training with rounding-sized noise added, whose gap to the plain run is the noise floor."""
+    nudge=True moves every weight by one ulp before each step (trainers.nudge_weights): the same
+    training with rounding-sized noise added, whose gap to the plain run is the noise floor."""
+    assert not (nudge and accumulation > 1), "a noise-floor run steps on every batch"
     if pretend_machines > 1:  # a consistent world: each "machine" numbers its processes from 0
         per_machine = int(os.environ["WORLD_SIZE"]) // pretend_machines
         rank = int(os.environ["RANK"])
@@ -118,11 +119,11 @@ def train_transformer(
     losses = []
     for _ in range(epochs):
         for x, y in loader:
+            if nudge:
+                nudge_weights(model.parameters(), len(losses))
             with acc.accumulate(model):
                 loss = nn.functional.mse_loss(model(x), y)
                 acc.backward(loss)
-                if nudge and acc.sync_gradients:
-                    nudge_gradients(model.parameters(), len(losses))
                 if clip is not None and acc.sync_gradients:
                     acc.clip_grad_norm_(model.parameters(), clip)
                 opt.step()
@@ -153,7 +154,7 @@ def train_with_checkpoint(
     """Shuffled SGD+momentum training; save and stop at (epoch, batch), or resume from folder.
 
     One process with batch_size=16 sees the same samples per step as two with batch_size=8.
-    nudge: the same training with every gradient moved by one ulp per step (its noise floor)."""
+    nudge: the same training with every weight moved by one ulp per step (its noise floor)."""
     set_seed(3)
     acc = Accelerator()
     model = transformer_model()
@@ -165,9 +166,9 @@ def train_with_checkpoint(
         acc.load_state(folder)
     while counter.epoch < epochs:
         for step, (x, y) in enumerate(loader):
-            acc.backward(nn.functional.mse_loss(model(x), y))
             if nudge:
-                nudge_gradients(model.parameters(), 100 * counter.epoch + step)
+                nudge_weights(model.parameters(), 100 * counter.epoch + step)
+            acc.backward(nn.functional.mse_loss(model(x), y))
             opt.step()
             opt.zero_grad()
             if stop_after is not None and (counter.epoch, step) == stop_after:
@@ -206,7 +207,7 @@ def train_seed_model(
     nudge: bool = False,
 ) -> dict:
     """tests/trainers.py's regression loop (the seed model, SGD), returning get_state_dict().
-    nudge: every synchronised gradient moved by one ulp per step (the noise floor)."""
+    nudge: every weight moved by one ulp before each step (the noise floor)."""
     from trainers import regression_data, regression_model
 
     set_seed(7)
@@ -218,14 +219,13 @@ def train_seed_model(
     if scheduler:
         objects.append(torch.optim.lr_scheduler.StepLR(opt, step_size=4, gamma=0.5))
     model, opt, loader, *sched = acc.prepare(*objects)
-    step = 0
-    for _ in range(epochs):
-        for x, y in loader:
+    assert not (nudge and accumulation > 1), "a noise-floor run steps on every batch"
+    for epoch in range(epochs):
+        for step, (x, y) in enumerate(loader):
+            if nudge:
+                nudge_weights(model.parameters(), 100 * epoch + step)
             with acc.accumulate(model):
                 acc.backward(nn.functional.mse_loss(model(x), y))
-                if nudge and acc.sync_gradients:
-                    nudge_gradients(model.parameters(), step)
-                    step += 1
                 opt.step()
                 for s in sched:
                     s.step()

@@ -4,7 +4,7 @@ Tolerances (fp32): no fixed figure. ZeRO sums in another order than DDP (ZeRO-3 
 linear layers' gradients with its own kernels), so the two differ by rounding, which training
 carries forward by an amount that depends on the CPU (ZeRO-3 vs DDP: below 1e-5 on one machine,
 6.9e-5 on an AMD EPYC). Each comparison allows a multiple of the noise floor measured here, on this
-machine: the reference once more with every gradient nudged by one ulp per step (noise_floor.py).
+machine: the reference once more with every weight nudged by one ulp before each step (noise_floor.py).
 With AdamW the per-step losses are compared, with SGD+momentum the weights: AdamW turns the rounding
 noise of the attention key bias (whose true gradient is zero) into full-size weight steps, which the
 losses do not see. A resume repeats the same arithmetic and is compared bit for bit. Skipped, with
@@ -62,7 +62,7 @@ def ddp_sgd():
 
 @pytest.fixture(scope="module")
 def ddp_floor():
-    """The ddp fixture's training with every gradient nudged by one ulp per step: its noise floor."""
+    """The ddp fixture's training with every weight nudged by one ulp before each step: its noise floor."""
     return notebook_launch(
         train_transformer, kwargs=dict(batch_size=8, nudge=True), num_processes=2, timeout=TIMEOUT
     )[0]

@@ -2,7 +2,7 @@
 
 They sum the same gradients in another order (two half-batches averaged over ranks vs one batch), so
 they agree up to rounding. The bound is a noise floor measured in each test: the reference run once
-more with every gradient nudged by one ulp per step (noise_floor.py: why, and why 16 times it). A
+more with every weight nudged by one ulp before each step (noise_floor.py: why, and why 16 times it). A
 missing all-reduce or a wrong shard lands far above it.
 """
 

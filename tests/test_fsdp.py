@@ -3,7 +3,7 @@
 Tolerances (fp32): no fixed figure. FSDP sums in another arrangement than DDP (the clipping norm over
 shards, the reduce-scatter), so the two differ by rounding, which training carries forward by an
 amount that depends on the CPU. Each comparison allows a multiple of the noise floor measured here,
-on this machine: DDP once more with every gradient nudged by one ulp per step (noise_floor.py says
+on this machine: DDP once more with every weight nudged by one ulp before each step (noise_floor.py says
 why and how much). Weight comparisons use SGD+momentum: AdamW divides each gradient by its own size,
 so a gradient that is pure rounding noise (the attention key bias's true gradient is exactly zero)
 becomes a full-size step. What repeats the same arithmetic (NO_SHARD, which is DDP; a resume on the
@@ -47,7 +47,7 @@ def ddp_sgd():
 
 @pytest.fixture(scope="module")
 def ddp_floor():
-    """DDP with every gradient nudged by one ulp per step: the noise floor of ddp_sgd's training."""
+    """DDP with every weight nudged by one ulp before each step: the noise floor of ddp_sgd's training."""
     return notebook_launch(train_transformer, kwargs=dict(SGD, nudge=True), num_processes=2, timeout=TIMEOUT)[
         0
     ]

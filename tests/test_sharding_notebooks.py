@@ -2,7 +2,7 @@
 the figures the notebooks print are read back from the kernel and checked.
 
 "The same training as DDP" is checked against the noise floor each notebook measures itself (DDP
-once more with every gradient nudged by one ulp per step; noise_floor.py says why and how much):
+once more with every weight nudged by one ulp before each step; noise_floor.py says why and how much):
 this language model amplifies rounding from 1e-7 after a few steps to 1e-3 after 96, by an amount
 that depends on the CPU, so no fixed figure holds (ZeRO-3 vs DDP: 6.9e-5 on an AMD EPYC, where 1e-5
 had been asserted). Per-step losses are compared against the floor reached by that step, so a bug

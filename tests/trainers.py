@@ -9,19 +9,19 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 from notebook_launcher import Accelerator, DataLoaderConfiguration, set_seed
 
 
-def nudge_gradients(parameters, step: int) -> None:
-    """Move every gradient element one float step (ulp) up or down, at random but the same on every
-    rank: rounding-sized noise of the kind another summation order makes. A run with this nudge
-    against one without measures how much rounding noise this training amplifies on this machine;
-    tests allow a stated multiple of that (the noise floor), never a fixed figure."""
+def nudge_weights(parameters, step: int) -> None:
+    """Move every weight one float step (ulp) up or down, at random but the same on every rank: as if
+    every weight's last update had rounded the other way. A run with this nudge before each step,
+    against one without, measures how much rounding noise this training amplifies on this machine,
+    from the first forward pass on; tests allow a stated multiple of that (the noise floor,
+    tests/noise_floor.py), never a fixed figure."""
     generator = torch.Generator().manual_seed(1000 + step)
-    for p in parameters:
-        if p.grad is None:
-            continue
-        grad = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad  # FSDP: this rank's shard
-        up = torch.rand(grad.shape, generator=generator) < 0.5
-        away = torch.full_like(grad, float("inf"))
-        grad.copy_(torch.nextafter(grad, torch.where(up, away, -away)))
+    with torch.no_grad():
+        for p in parameters:
+            local = p.to_local() if hasattr(p, "to_local") else p  # FSDP: this rank's shard
+            up = torch.rand(local.shape, generator=generator) < 0.5
+            away = torch.full_like(local, float("inf"))
+            local.copy_(torch.nextafter(local, torch.where(up, away, -away)))
 
 
 def regression_data(n: int = 128, features: int = 10) -> TensorDataset:
@@ -44,15 +44,13 @@ def reference_weights(
     model = regression_model()
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     loader = DataLoader(regression_data(), batch_size=batch_size, shuffle=False)
-    step = 0
-    for _ in range(epochs):
-        for x, y in loader:
+    for epoch in range(epochs):
+        for step, (x, y) in enumerate(loader):
+            if nudge:
+                nudge_weights(model.parameters(), 100 * epoch + step)
             opt.zero_grad()
             nn.functional.mse_loss(model(x), y).backward()
-            if nudge:
-                nudge_gradients(model.parameters(), step)
             opt.step()
-            step += 1
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
@@ -66,7 +64,7 @@ def train_regression(
     nudge: bool = False,
 ) -> dict[str, torch.Tensor]:
     """The same loop through Accelerator; returns the final weights (every rank).
-    nudge: every synchronised gradient moved by one ulp per step (the noise floor)."""
+    nudge: every weight moved by one ulp before each step (the noise floor)."""
     set_seed(7)
     acc = Accelerator(
         gradient_accumulation_steps=accumulation,
@@ -76,14 +74,13 @@ def train_regression(
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     loader = DataLoader(regression_data(), batch_size=batch_size, shuffle=shuffle)
     model, opt, loader = acc.prepare(model, opt, loader)
-    step = 0
-    for _ in range(epochs):
-        for x, y in loader:
+    assert not (nudge and accumulation > 1), "a noise-floor run steps on every batch"
+    for epoch in range(epochs):
+        for step, (x, y) in enumerate(loader):
+            if nudge:
+                nudge_weights(model.parameters(), 100 * epoch + step)
             with acc.accumulate(model):  # Accelerate's order: backward, step, zero_grad
                 acc.backward(nn.functional.mse_loss(model(x), y))
-                if nudge and acc.sync_gradients:
-                    nudge_gradients(model.parameters(), step)
-                    step += 1
                 opt.step()
                 opt.zero_grad()
     state = {k: v.detach().cpu().clone() for k, v in acc.unwrap_model(model).state_dict().items()}
