@@ -30,7 +30,7 @@ a few ulps of that gradient, hence an update by a few ulps of the update, which 
 most an ulp or two; it may also change the forward pass by a few ulps (ZeRO-3 computes the linear
 layers with its own kernels). So a correct strategy injects at most a few times the nudge's noise
 per step, and training carries both alike; 16 leaves room over that. Measured on three CPU kernel
-sets (ATEN_CPU_CAPABILITY=default/avx2/avx512): at most 1x the floor."""
+sets (ATEN_CPU_CAPABILITY=default/avx2/avx512): at most 2x the floor (ZeRO-3 in notebook 04)."""
 
 FLOOR_ULPS = 4
 """Plus 4 ulps of the largest value compared: without any amplification both distances are one or
