@@ -319,7 +319,7 @@ def train_on_streams(cases: list[dict], split_batches: bool, dispatch_batches: b
         )
         steps, seen = 0, []
         for batch in loader:
-            acc.backward(model(batch).pow(2).mean())
+            acc.backward(model(batch / 64).pow(2).mean())  # inputs kept small: 40 streams, no divergence
             opt.step()
             opt.zero_grad()
             seen.append(acc.gather_for_metrics(batch))
@@ -352,9 +352,9 @@ MODES = pytest.mark.parametrize(
 
 
 @MODES
-@pytest.mark.parametrize("world, lengths", [(2, [1, 3, 8, 12, 13, 19]), (3, [1, 5, 12, 13, 40])])
-def test_training_on_streams_of_several_lengths(world, lengths, dispatch):
-    cases = [dict(n=n, sized=(n % 2 == 0)) for n in lengths]
+@pytest.mark.parametrize("world", [2, 3])
+def test_training_on_streams_of_every_length_from_1_to_40(world, dispatch):
+    cases = [dict(n=n, sized=(n % 2 == 0)) for n in LENGTHS]
     extra = [dict(n=13, drop_last=True), dict(n=17, num_workers=2, split_by_worker=True)]
     *plain, dropped, workers = _launch(world, cases + extra, dispatch_batches=dispatch)
     for case, ranks in zip(cases, plain, strict=True):
