@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-from trainers import EpochCounter  # shared with the DDP checkpoint tests
+from trainers import EpochCounter, nudge_weights  # shared with the DDP tests
 
 from notebook_launcher import Accelerator, set_seed
 
@@ -87,11 +87,15 @@ def train_transformer(
     optimizer_after_prepare: bool | str = False,
     optimizer: str = "adamw",
     pretend_machines: int = 1,
+    nudge: bool = False,
 ) -> dict:
     """The same loop through the Accelerator; returns full weights, losses and the local shard size.
 
     pretend_machines=2 makes this worker believe its 2 processes sit on 2 machines (one each), so
-    HYBRID_SHARD builds a (2, 1) mesh: replicate across the "machines", shard within each."""
+    HYBRID_SHARD builds a (2, 1) mesh: replicate across the "machines", shard within each.
+    nudge=True moves every weight by one ulp before each step (trainers.nudge_weights): the same
+    training with rounding-sized noise added, whose gap to the plain run is the noise floor."""
+    assert not (nudge and accumulation > 1), "a noise-floor run steps on every batch"
     if pretend_machines > 1:  # a consistent world: each "machine" numbers its processes from 0
         per_machine = int(os.environ["WORLD_SIZE"]) // pretend_machines
         rank = int(os.environ["RANK"])
@@ -115,6 +119,8 @@ def train_transformer(
     losses = []
     for _ in range(epochs):
         for x, y in loader:
+            if nudge:
+                nudge_weights(model.parameters(), len(losses))
             with acc.accumulate(model):
                 loss = nn.functional.mse_loss(model(x), y)
                 acc.backward(loss)
@@ -138,11 +144,17 @@ def _local_numel(p: torch.Tensor) -> int:
 
 
 def train_with_checkpoint(
-    folder: str, stop_after: tuple[int, int] | None, resume: bool, batch_size: int = 8, epochs: int = 2
+    folder: str,
+    stop_after: tuple[int, int] | None,
+    resume: bool,
+    batch_size: int = 8,
+    epochs: int = 2,
+    nudge: bool = False,
 ) -> dict:
     """Shuffled SGD+momentum training; save and stop at (epoch, batch), or resume from folder.
 
-    One process with batch_size=16 sees the same samples per step as two with batch_size=8."""
+    One process with batch_size=16 sees the same samples per step as two with batch_size=8.
+    nudge: the same training with every weight moved by one ulp per step (its noise floor)."""
     set_seed(3)
     acc = Accelerator()
     model = transformer_model()
@@ -154,6 +166,8 @@ def train_with_checkpoint(
         acc.load_state(folder)
     while counter.epoch < epochs:
         for step, (x, y) in enumerate(loader):
+            if nudge:
+                nudge_weights(model.parameters(), 100 * counter.epoch + step)
             acc.backward(nn.functional.mse_loss(model(x), y))
             opt.step()
             opt.zero_grad()
@@ -185,9 +199,15 @@ def train_and_save_model(folder: str, **accelerator_kwargs) -> dict:
 
 
 def train_seed_model(
-    batch_size: int, accumulation: int = 1, epochs: int = 3, lr: float = 0.05, scheduler: bool = False
+    batch_size: int,
+    accumulation: int = 1,
+    epochs: int = 3,
+    lr: float = 0.05,
+    scheduler: bool = False,
+    nudge: bool = False,
 ) -> dict:
-    """tests/trainers.py's regression loop (the seed model, SGD), returning get_state_dict()."""
+    """tests/trainers.py's regression loop (the seed model, SGD), returning get_state_dict().
+    nudge: every weight moved by one ulp before each step (the noise floor)."""
     from trainers import regression_data, regression_model
 
     set_seed(7)
@@ -199,8 +219,11 @@ def train_seed_model(
     if scheduler:
         objects.append(torch.optim.lr_scheduler.StepLR(opt, step_size=4, gamma=0.5))
     model, opt, loader, *sched = acc.prepare(*objects)
-    for _ in range(epochs):
-        for x, y in loader:
+    assert not (nudge and accumulation > 1), "a noise-floor run steps on every batch"
+    for epoch in range(epochs):
+        for step, (x, y) in enumerate(loader):
+            if nudge:
+                nudge_weights(model.parameters(), 100 * epoch + step)
             with acc.accumulate(model):
                 acc.backward(nn.functional.mse_loss(model(x), y))
                 opt.step()

@@ -1,17 +1,26 @@
 """DeepSpeed ZeRO 1/2/3 through notebook_launch on 2 CPU processes (gloo, DeepSpeed's CPU accelerator).
 
-Tolerances (fp32): with AdamW (clipping at 0.5) per-step losses equal DDP's within 1e-5; with
-SGD+momentum the weights equal DDP's, and the one-process reference, within 1e-5. AdamW weights are
-not compared: ZeRO sums gradients in another order, and AdamW turns the rounding noise of the
-attention key bias (whose true gradient is zero) into full-size steps, by an amount that depends on
-the CPU's kernels (measured 3e-4..1e-3 here). Skipped, with the reason, where DeepSpeed cannot be
-imported.
+Tolerances (fp32): no fixed figure. ZeRO sums in another order than DDP (ZeRO-3 also computes the
+linear layers' gradients with its own kernels), so the two differ by rounding, which training
+carries forward by an amount that depends on the CPU (ZeRO-3 vs DDP: below 1e-5 on one machine,
+6.9e-5 on an AMD EPYC). Each comparison allows a multiple of the noise floor measured here, on this
+machine: the reference once more with every weight nudged by one ulp before each step (noise_floor.py).
+With AdamW the per-step losses are compared, with SGD+momentum the weights: AdamW turns the rounding
+noise of the attention key bias (whose true gradient is zero) into full-size weight steps, which the
+losses do not see. A resume repeats the same arithmetic and is compared bit for bit. Skipped, with
+the reason, where DeepSpeed cannot be imported.
 """
 
 import json
 
 import pytest
 import torch
+from noise_floor import (
+    assert_losses_within_floor,
+    assert_weights_within_floor,
+    weight_gap,
+    weights_bound,
+)
 from sharding_trainers import (
     SGD,
     assert_same_weights,
@@ -51,8 +60,23 @@ def ddp_sgd():
     return notebook_launch(train_transformer, kwargs=SGD, num_processes=2, timeout=TIMEOUT)
 
 
+@pytest.fixture(scope="module")
+def ddp_floor():
+    """The ddp fixture's training with every weight nudged by one ulp before each step: its noise floor."""
+    return notebook_launch(
+        train_transformer, kwargs=dict(batch_size=8, nudge=True), num_processes=2, timeout=TIMEOUT
+    )[0]
+
+
+@pytest.fixture(scope="module")
+def ddp_sgd_floor():
+    return notebook_launch(train_transformer, kwargs=dict(SGD, nudge=True), num_processes=2, timeout=TIMEOUT)[
+        0
+    ]
+
+
 @pytest.mark.parametrize("stage", [1, 2, 3])
-def test_zero_stage_matches_ddp_on_the_transformer(stage, ddp, ddp_sgd):
+def test_zero_stage_matches_ddp_on_the_transformer(stage, ddp, ddp_sgd, ddp_floor, ddp_sgd_floor):
     result = notebook_launch(
         train_transformer,
         kwargs=dict(batch_size=8),
@@ -60,12 +84,16 @@ def test_zero_stage_matches_ddp_on_the_transformer(stage, ddp, ddp_sgd):
         timeout=TIMEOUT,
         **zero(stage, gradient_clipping=0.5),
     )
-    assert result[0]["losses"] == pytest.approx(ddp[0]["losses"], abs=1e-5)  # AdamW: per-step losses
+    assert_losses_within_floor(
+        result[0]["losses"], ddp[0]["losses"], ddp_floor["losses"], f"ZeRO-{stage} AdamW"
+    )  # AdamW: per-step losses
     assert_same_weights(result[1]["weights"], result[0]["weights"], atol=0)  # every rank gets full weights
     sgd = notebook_launch(
         train_transformer, kwargs=SGD, num_processes=2, timeout=TIMEOUT, **zero(stage, gradient_clipping=0.5)
     )
-    assert_same_weights(sgd[0]["weights"], ddp_sgd[0]["weights"], atol=1e-5)  # SGD: the weights themselves
+    what = f"ZeRO-{stage} SGD"  # SGD: the weights themselves, and the losses
+    assert_weights_within_floor(sgd[0]["weights"], ddp_sgd[0]["weights"], ddp_sgd_floor["weights"], what)
+    assert_losses_within_floor(sgd[0]["losses"], ddp_sgd[0]["losses"], ddp_sgd_floor["losses"], what)
     total, local = result[0]["total_numel"], [result[r]["local_numel"] for r in (0, 1)]
     if stage == 3:  # parameters themselves are partitioned
         assert sum(local) >= total and all(n <= 0.55 * total for n in local), (local, total)
@@ -78,8 +106,10 @@ def test_zero_stage_trains_the_seed_model_to_the_reference_weights(stage):
     result = notebook_launch(
         train_seed_model, kwargs=dict(batch_size=8), num_processes=2, timeout=TIMEOUT, **zero(stage)
     )
-    want = reference_weights(batch_size=16)
-    assert_same_weights(result[0], want, atol=1e-5)
+    want = reference_weights(batch_size=16)  # one process, 16 samples summed at once: rounding apart
+    assert_weights_within_floor(
+        result[0], want, reference_weights(batch_size=16, nudge=True), f"ZeRO-{stage}"
+    )
 
 
 def test_accumulation_equals_the_larger_batch():
@@ -90,19 +120,23 @@ def test_accumulation_equals_the_larger_batch():
         timeout=TIMEOUT,
         **zero(2),
     )
-    assert_same_weights(accumulated[0], reference_weights(batch_size=32), atol=1e-5)
+    want, floor = (reference_weights(batch_size=32, nudge=nudge) for nudge in (False, True))
+    assert_weights_within_floor(accumulated[0], want, floor, "accumulation under ZeRO-2")
 
 
 @pytest.mark.parametrize("stage", [1, 3])
 def test_a_learning_rate_scheduler_reaches_the_engine(stage):
     kwargs = dict(batch_size=8, scheduler=True)
-    ddp = notebook_launch(train_seed_model, kwargs=kwargs, num_processes=2, timeout=TIMEOUT)
+    ddp, floor = (
+        notebook_launch(train_seed_model, kwargs=dict(kwargs, nudge=nudge), num_processes=2, timeout=TIMEOUT)[
+            0
+        ]
+        for nudge in (False, True)
+    )
     deep = notebook_launch(train_seed_model, kwargs=kwargs, num_processes=2, timeout=TIMEOUT, **zero(stage))
+    assert_weights_within_floor(deep[0], ddp, floor, f"ZeRO-{stage} with a scheduler")
     unscheduled = reference_weights(batch_size=16)
-    assert_same_weights(deep[0], ddp[0], atol=1e-5)
-    assert not torch.allclose(
-        deep[0]["0.weight"], unscheduled["0.weight"], atol=1e-3
-    )  # the schedule mattered
+    assert weight_gap(deep[0], unscheduled) > 100 * weights_bound(ddp, floor)  # the schedule mattered
 
 
 @pytest.mark.parametrize("stage", [1, 2, 3])
@@ -119,7 +153,8 @@ def test_save_state_and_load_state_round_trip(stage, tmp_path):
     resumed = notebook_launch(
         train_with_checkpoint, args=(folder, (0, 2), True), num_processes=2, timeout=TIMEOUT, **config
     )
-    assert_same_weights(resumed[0]["weights"], whole[0]["weights"], atol=1e-6)
+    # the resumed run repeats the uninterrupted run's arithmetic on the same machine: bit for bit
+    assert_same_weights(resumed[0]["weights"], whole[0]["weights"], atol=0)
 
 
 ACCELERATE_STYLE_DS_CONFIG = {
@@ -145,7 +180,12 @@ def test_a_ds_config_json_file_with_auto_values_trains_like_ddp(tmp_path):
     path = tmp_path / "ds_config.json"
     path.write_text(json.dumps(ACCELERATE_STYLE_DS_CONFIG, indent=2))
     kwargs = dict(batch_size=8, clip=None)
-    ddp = notebook_launch(train_transformer, kwargs=kwargs, num_processes=2, timeout=TIMEOUT)
+    ddp, floor = (
+        notebook_launch(
+            train_transformer, kwargs=dict(kwargs, nudge=nudge), num_processes=2, timeout=TIMEOUT
+        )[0]
+        for nudge in (False, True)
+    )
     result = notebook_launch(
         train_transformer,
         kwargs=kwargs,
@@ -154,7 +194,7 @@ def test_a_ds_config_json_file_with_auto_values_trains_like_ddp(tmp_path):
         distributed_type="DEEPSPEED",
         deepspeed_config={"deepspeed_config_file": str(path)},
     )
-    assert result[0]["losses"] == pytest.approx(ddp[0]["losses"], abs=1e-5)
+    assert_losses_within_floor(result[0]["losses"], ddp["losses"], floor["losses"], "ds_config.json")
 
 
 def test_zero3_save_model_gathers_the_full_weights(tmp_path):
@@ -220,7 +260,7 @@ def inner_optimizer_type() -> str:
 
 
 @pytest.mark.slow  # the first use on a machine compiles DeepSpeed's CPU Adam (~2.5 min), then ~10 s
-def test_optimizer_offload_runs_adamw_as_deepspeed_cpu_adam_and_matches_ddp(ddp):
+def test_optimizer_offload_runs_adamw_as_deepspeed_cpu_adam_and_matches_ddp(ddp, ddp_floor):
     offload = zero(2, offload_optimizer_device="cpu", gradient_clipping=0.5)
     assert (
         notebook_launch(inner_optimizer_type, num_processes=2, timeout=TIMEOUT, **offload)[0]
@@ -229,4 +269,5 @@ def test_optimizer_offload_runs_adamw_as_deepspeed_cpu_adam_and_matches_ddp(ddp)
     result = notebook_launch(
         train_transformer, kwargs=dict(batch_size=8), num_processes=2, timeout=TIMEOUT, **offload
     )
-    assert result[0]["losses"] == pytest.approx(ddp[0]["losses"], abs=1e-5)
+    # DeepSpeedCPUAdam rounds each update its own way (its own vector kernels): within the floor
+    assert_losses_within_floor(result[0]["losses"], ddp[0]["losses"], ddp_floor["losses"], "DeepSpeedCPUAdam")

@@ -1,20 +1,23 @@
-"""2 processes must train to the same weights as 1 process on the combined batch (issue 2, item 2)."""
+"""2 processes must train to the same weights as 1 process on the combined batch (issue 2, item 2).
+
+They sum the same gradients in another order (two half-batches averaged over ranks vs one batch), so
+they agree up to rounding. The bound is a noise floor measured in each test: the reference run once
+more with every weight nudged by one ulp before each step (noise_floor.py: why, and why 16 times it). A
+missing all-reduce or a wrong shard lands far above it.
+"""
 
 import pytest
 import torch
+from noise_floor import assert_weights_within_floor, weight_gap, weights_bound
 from trainers import reference_weights, train_regression
 
 from notebook_launcher import notebook_launch
 
 
-def assert_same_weights(got, want, atol=1e-6):
-    assert got.keys() == want.keys()
-    for name in want:
-        torch.testing.assert_close(got[name], want[name], atol=atol, rtol=0, msg=f"parameter {name} differs")
-
-
 def test_single_process_accelerator_matches_plain_pytorch():
-    assert_same_weights(train_regression(batch_size=16), reference_weights(batch_size=16))
+    # the same arithmetic as plain PyTorch in one process: bit for bit
+    got, want = train_regression(batch_size=16), reference_weights(batch_size=16)
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
 
 
 @pytest.mark.parametrize(
@@ -29,18 +32,25 @@ def test_single_process_accelerator_matches_plain_pytorch():
 def test_two_processes_match_one_process_reference(options, reference_batch):
     result = notebook_launch(train_regression, kwargs=options, num_processes=2, quiet=True)
     want = reference_weights(batch_size=reference_batch)
-    assert_same_weights(result[0], want)
-    assert_same_weights(result[1], want)
+    floor = reference_weights(batch_size=reference_batch, nudge=True)
+    assert_weights_within_floor(result[0], want, floor, "rank 0")
+    assert result[1].keys() == want.keys() and all(torch.equal(result[1][k], result[0][k]) for k in want)
 
 
 def test_shuffled_two_processes_match_one_process_through_accelerator():
-    one = notebook_launch(
-        train_regression, kwargs=dict(batch_size=16, shuffle=True), num_processes=1, quiet=True
+    one, floor = (
+        notebook_launch(
+            train_regression,
+            kwargs=dict(batch_size=16, shuffle=True, nudge=nudge),
+            num_processes=1,
+            quiet=True,
+        )[0]
+        for nudge in (False, True)
     )
     two = notebook_launch(
         train_regression, kwargs=dict(batch_size=8, shuffle=True), num_processes=2, quiet=True
     )
-    assert_same_weights(two[0], one[0])
-    # and shuffling really happened: the unshuffled run ends elsewhere
+    assert_weights_within_floor(two[0], one, floor, "shuffled")
+    # and shuffling really happened: the unshuffled run ends far outside that bound
     plain = reference_weights(batch_size=16)
-    assert not torch.allclose(one[0]["0.weight"], plain["0.weight"], atol=1e-4)
+    assert weight_gap(one, plain) > 100 * weights_bound(one, floor)

@@ -152,7 +152,11 @@ def check_mixed_precision(nb) -> None:
     for mode in modes:
         run = got["runs"][mode]
         assert run["precision"] == mode and run["output_dtype"] == "torch.float32"
-        assert abs(run["final_loss"] - reference) / reference < 0.02, (mode, run["final_loss"], reference)
+        # The last epoch's mean loss averages 1024 samples: it does not amplify per-weight rounding,
+        # so the low precision moves it by a fraction of that format's unit roundoff u (a property of
+        # the format, not of the CPU; measured 0.54 u for bf16, 0.2 u for fp16 on three CPU kernel sets).
+        change = abs(run["final_loss"] - reference) / reference
+        assert change <= 4 * UNIT_ROUNDOFF[mode], (mode, run["final_loss"], reference)
         loss, change, train_s, launch_s, skipped = table[mode]
         assert loss == round(run["final_loss"], 5) and skipped == run["skipped_steps"]
         assert 0 < train_s <= launch_s  # the times are shown, and the launch includes the training
@@ -162,6 +166,8 @@ def check_mixed_precision(nb) -> None:
     assert [int(e) for e, _ in epochs] == [1, 2, 3, 4, 5]
     assert all(len(losses.split()) == len(modes) for _, losses in epochs)
 
+
+UNIT_ROUNDOFF = {"no": 0.0, "fp16": 2.0**-11, "bf16": 2.0**-8, "fp8": 2.0**-4}  # fp8: e4m3, 3 mantissa bits
 
 MIXED_PRECISION_FACTS = '{"modes": PRECISIONS, "runs": {m: r[0] for m, r in runs.items()}}'
 

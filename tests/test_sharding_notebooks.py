@@ -1,5 +1,12 @@
 """notebooks/03_fsdp_transformer and 04_deepspeed, executed top to bottom by a real kernel (nbclient);
-the figures the notebooks print are read back from the kernel and checked."""
+the figures the notebooks print are read back from the kernel and checked.
+
+"The same training as DDP" is checked against the noise floor each notebook measures itself (DDP
+once more with every weight nudged by one ulp before each step; noise_floor.py says why and how much):
+this language model amplifies rounding from 1e-7 after a few steps to 1e-3 after 96, by an amount
+that depends on the CPU, so no fixed figure holds (ZeRO-3 vs DDP: 6.9e-5 on an AMD EPYC, where 1e-5
+had been asserted). Per-step losses are compared against the floor reached by that step, so a bug
+still shows in the first steps, where the floor is a few ulps."""
 
 from __future__ import annotations
 
@@ -9,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from noise_floor import FLOOR_MULTIPLE, FLOOR_ULPS, assert_losses_within_floor, ulp
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -53,7 +61,9 @@ def test_fsdp_notebook(tmp_path):
         '{"memory": {name: [r[rank]["memory"] for rank in range(2)] for name, r in'
         ' [("ddp", ddp), ("full", fsdp), ("grad_op", grad_op)]}, "total": fsdp[0]["total_bytes"],'
         ' "kind": fsdp[0]["kind"], "grad_op_kind": grad_op[0]["kind"], "losses": fsdp[0]["losses"],'
-        ' "loss_gap": loss_gap, "largest_gap": gaps[largest], "grad_op_gap": grad_op_gap,'
+        ' "ddp_losses": ddp[0]["losses"], "floor_losses": nudged[0]["losses"], "gaps": gaps, "floor": floor,'
+        ' "sharded_losses": {"FULL_SHARD": fsdp[0]["losses"], "SHARD_GRAD_OP": grad_op[0]["losses"]},'
+        ' "weight_scale": max(w.abs().max().item() for w in ddp[0]["weights"].values()),'
         ' "continuations": continuations,'
         ' "shards": sorted(p.name for p in (checkpoint / "pytorch_model_fsdp_0").glob("*.distcp")),'
         ' "resumed_losses": resumed[0]["losses"], "resumed_memory": resumed[0]["memory"]}',
@@ -70,8 +80,12 @@ def test_fsdp_notebook(tmp_path):
         assert full["gathered_after_forward"] == 0  # FULL_SHARD frees gathered blocks after forward
         assert grad_op["gathered_after_forward"] == total  # SHARD_GRAD_OP keeps them until backward
     assert sum(memory["full"][rank]["parameters"] for rank in (0, 1)) == total
-    # the same training as DDP, and a language model that learned its language
-    assert facts["loss_gap"] < 1e-5 and facts["largest_gap"] < 1e-5 and facts["grad_op_gap"] < 1e-5
+    # the same training as DDP, within the noise floor the notebook measured; a language model that learned
+    assert "noise floor (DDP vs DDP nudged by 1 ulp per step)" in text
+    for name, losses in facts["sharded_losses"].items():
+        assert_losses_within_floor(losses, facts["ddp_losses"], facts["floor_losses"], name)
+        bound = FLOOR_MULTIPLE * facts["floor"]["weights"] + FLOOR_ULPS * ulp(facts["weight_scale"])
+        assert facts["gaps"][name]["weights"] <= bound, (name, facts["gaps"][name], facts["floor"])
     assert facts["losses"][-1] < 0.5 < 3 < facts["losses"][0]
     assert facts["continuations"]["[3, 5]"][2:] == [7, 9, 11, 13, 15, 17, 19, 21]
     assert facts["continuations"]["[25, 28]"][2:5] == [31, 2, 5]  # wraps around the vocabulary
@@ -85,7 +99,8 @@ def test_fsdp_notebook(tmp_path):
 def test_deepspeed_notebook(tmp_path):
     facts, text = run(
         "04_deepspeed.ipynb",
-        '{"ok": DEEPSPEED_OK, "why": WHY_NOT, "zero": zero_results, "json_gap": json_gap,'
+        '{"ok": DEEPSPEED_OK, "why": WHY_NOT, "zero": zero_losses,'
+        ' "json_losses": from_file[0]["losses"] if DEEPSPEED_OK else None, "floor_losses": nudged[0]["losses"],'
         ' "resume_gap": resume_gap, "share": zero_parameter_share, "ddp_losses": ddp[0]["losses"]}',
         tmp_path,
     )
@@ -95,8 +110,11 @@ def test_deepspeed_notebook(tmp_path):
             f"DeepSpeed cannot run on this machine: {facts['why']} (the notebook said so and skipped)"
         )
     assert sorted(facts["zero"]) == ["1", "2", "3"]
-    assert all(gap < 1e-5 for gap in facts["zero"].values()), facts["zero"]
-    assert facts["json_gap"] < 1e-5 and facts["resume_gap"] < 1e-6
+    assert "noise floor (DDP vs DDP nudged by 1 ulp per step)" in text
+    runs = {f"ZeRO-{stage}": losses for stage, losses in facts["zero"].items()}
+    for name, losses in {**runs, "ds_config.json": facts["json_losses"]}.items():
+        assert_losses_within_floor(losses, facts["ddp_losses"], facts["floor_losses"], name)
+    assert facts["resume_gap"] == 0.0  # the resumed run repeats the same arithmetic: bit for bit
     assert all(share == [1.0, 1.0] for share in (facts["share"]["1"], facts["share"]["2"]))
     assert all(0.45 < share < 0.55 for share in facts["share"]["3"])  # ZeRO-3 partitions the parameters
     assert facts["ddp_losses"][-1] < 0.5 < 3 < facts["ddp_losses"][0]  # notebook 03's language model

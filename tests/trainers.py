@@ -9,6 +9,21 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 from notebook_launcher import Accelerator, DataLoaderConfiguration, set_seed
 
 
+def nudge_weights(parameters, step: int) -> None:
+    """Move every weight one float step (ulp) up or down, at random but the same on every rank: as if
+    every weight's last update had rounded the other way. A run with this nudge before each step,
+    against one without, measures how much rounding noise this training amplifies on this machine,
+    from the first forward pass on; tests allow a stated multiple of that (the noise floor,
+    tests/noise_floor.py), never a fixed figure."""
+    generator = torch.Generator().manual_seed(1000 + step)
+    with torch.no_grad():
+        for p in parameters:
+            local = p.to_local() if hasattr(p, "to_local") else p  # FSDP: this rank's shard
+            up = torch.rand(local.shape, generator=generator) < 0.5
+            away = torch.full_like(local, float("inf"))
+            local.copy_(torch.nextafter(local, torch.where(up, away, -away)))
+
+
 def regression_data(n: int = 128, features: int = 10) -> TensorDataset:
     g = torch.Generator().manual_seed(1234)
     x = torch.randn(n, features, generator=g)
@@ -22,13 +37,17 @@ def regression_model(dropout: float = 0.0) -> nn.Module:
     return nn.Sequential(nn.Linear(10, 16), nn.Tanh(), nn.Dropout(dropout), nn.Linear(16, 1))
 
 
-def reference_weights(batch_size: int, epochs: int = 3, lr: float = 0.05) -> dict[str, torch.Tensor]:
-    """Plain PyTorch, one process, no notebook_launcher at all: the ground truth."""
+def reference_weights(
+    batch_size: int, epochs: int = 3, lr: float = 0.05, nudge: bool = False
+) -> dict[str, torch.Tensor]:
+    """Plain PyTorch, one process, no notebook_launcher at all: the ground truth (nudge: its noise floor)."""
     model = regression_model()
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     loader = DataLoader(regression_data(), batch_size=batch_size, shuffle=False)
-    for _ in range(epochs):
-        for x, y in loader:
+    for epoch in range(epochs):
+        for step, (x, y) in enumerate(loader):
+            if nudge:
+                nudge_weights(model.parameters(), 100 * epoch + step)
             opt.zero_grad()
             nn.functional.mse_loss(model(x), y).backward()
             opt.step()
@@ -42,8 +61,10 @@ def train_regression(
     shuffle: bool = False,
     epochs: int = 3,
     lr: float = 0.05,
+    nudge: bool = False,
 ) -> dict[str, torch.Tensor]:
-    """The same loop through Accelerator; returns the final weights (every rank)."""
+    """The same loop through Accelerator; returns the final weights (every rank).
+    nudge: every weight moved by one ulp before each step (the noise floor)."""
     set_seed(7)
     acc = Accelerator(
         gradient_accumulation_steps=accumulation,
@@ -53,8 +74,11 @@ def train_regression(
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     loader = DataLoader(regression_data(), batch_size=batch_size, shuffle=shuffle)
     model, opt, loader = acc.prepare(model, opt, loader)
-    for _ in range(epochs):
-        for x, y in loader:
+    assert not (nudge and accumulation > 1), "a noise-floor run steps on every batch"
+    for epoch in range(epochs):
+        for step, (x, y) in enumerate(loader):
+            if nudge:
+                nudge_weights(model.parameters(), 100 * epoch + step)
             with acc.accumulate(model):  # Accelerate's order: backward, step, zero_grad
                 acc.backward(nn.functional.mse_loss(model(x), y))
                 opt.step()

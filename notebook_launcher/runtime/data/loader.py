@@ -4,7 +4,9 @@
 choice of indices (see index_plan.py). Shuffling uses one seed agreed by all ranks plus the epoch,
 so every rank sees the same permutation and every epoch a new one. With dispatch_batches (the
 default for an IterableDataset) only rank 0 reads the data and sends each rank its slice
-(dispatch.py). Each pass starts by synchronising the Accelerator's rng_types.
+(dispatch.py); without it every rank reads the stream and keeps its share of each round
+(stream_plan.py, stream_reader.py: Accelerate's IterableDatasetShard). Each pass starts by
+synchronising the Accelerator's rng_types.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from ..rng_sync import synchronize_rng_states
 from .dispatch import dispatch
 from .gradient_state import GradientState
 from .index_plan import ShardPlan, plan_epoch
+from .stream_plan import StreamStep, round_shape, shard_stream, steps_in_stream
+from .stream_reader import StreamReader
 
 _LOADER_KEYS = (
     "num_workers",
@@ -81,6 +85,11 @@ class DataLoaderShard:
         self.rng_types = list(rng_types) if rng_types is not None else None
         self.end_of_dataloader = False
         self.remainder = -1
+        self._stream = StreamReader(loader) if self.is_iterable and not self.dispatch_batches else None
+        if (
+            self._stream is not None
+        ):  # a bad split_batches size is reported at prepare(), not at the first step
+            round_shape(world_size, loader.batch_size, split_batches)
         base_bs = loader.batch_size if loader.batch_size is not None else _batch_size_of(loader)
         self.total_batch_size = base_bs if split_batches else (base_bs or 1) * world_size
         self.batch_size = (base_bs // world_size) if (split_batches and base_bs) else base_bs
@@ -127,11 +136,32 @@ class DataLoaderShard:
         return self._plan_cache[1]
 
     def __len__(self) -> int:
+        if self._stream is not None:
+            try:
+                length = len(self.dataset)
+            except TypeError as exc:
+                raise TypeError(
+                    f"{exc}: this prepared DataLoader reads a stream (an IterableDataset) without "
+                    "__len__, so its number of steps is known only at its end; define __len__ on the "
+                    "dataset to get len()."
+                ) from None
+            return self._stream_steps(length)
         if self.is_iterable or self.dispatch_batches:
             per_step = 1 if self.split_batches else self.world_size
             full, extra = divmod(len(self.base_loader), per_step)
             return full + (1 if extra and not self._drop_last else 0)
         return len(self.plan().batches)
+
+    def _stream_steps(self, length: int) -> int:
+        return steps_in_stream(
+            length,
+            rank=self.rank,
+            world_size=self.world_size,
+            batch_size=self.base_loader.batch_size,
+            split_batches=self.split_batches,
+            even_batches=self.even_batches,
+            drop_last=self._drop_last,
+        )
 
     @property
     def _drop_last(self) -> bool:
@@ -177,18 +207,41 @@ class DataLoaderShard:
             yield self._to_device(batch)
 
     def _iter_iterable(self) -> Iterator[Any]:
+        """This rank's share of the stream: the same number of steps on every rank (even_batches)."""
+        if hasattr(self.dataset, "set_epoch"):  # as Accelerate does: a stream may reshuffle per epoch
+            self.dataset.set_epoch(self.epoch)
         skip, self._skip_next = self._skip_next, 0
-        mine = (b for i, b in enumerate(self.base_loader) if i % self.world_size == self.rank)
-        current = next(mine, _END)
-        index = 0
-        while current is not _END:
-            following = next(mine, _END)
-            self.end_of_dataloader = following is _END
-            index += 1
-            if index > skip:
-                self.batches_yielded = index
-                yield self._to_device(current)
-            current = following
+        steps = shard_stream(
+            self._stream.items(),
+            rank=self.rank,
+            world_size=self.world_size,
+            batch_size=self.base_loader.batch_size,
+            split_batches=self.split_batches,
+            even_batches=self.even_batches,
+            drop_last=self._drop_last,
+            size_of=self._stream.size_of,
+        )
+        total = _sized(self.dataset, self._stream_steps)
+        self.batches_yielded = skip
+        last_emit = 0.0
+        for index, step in enumerate(steps, start=1):
+            if index <= skip:  # resuming: read past the steps already taken, without collating them
+                continue
+            self._mark_stream_position(step)
+            self.batches_yielded = index
+            now = time.monotonic()
+            if telemetry.has_sink() and (step.last or now - last_emit > _PROGRESS_EVERY_S):
+                telemetry.emit("progress", step=index, total=total, epoch=self.epoch)
+                last_emit = now
+            yield self._to_device(self._stream.collate(step.items))
+
+    def _mark_stream_position(self, step: StreamStep) -> None:
+        """end_of_dataloader on the last step; there, remainder = the genuine samples of the last
+        round when even_batches padded it (0 when nothing was repeated), as gather_for_metrics reads it."""
+        self.end_of_dataloader = step.last
+        if step.last:
+            padded = step.real is not None and step.real < (step.size or 0)
+            self.remainder = step.real if padded else 0
 
     def _iter_dispatched(self) -> Iterator[Any]:
         skip, self._skip_next = self._skip_next, 0
@@ -269,8 +322,13 @@ class DataLoaderShard:
         return self
 
 
-_END = object()
-
-
 def _batch_size_of(loader: DataLoader) -> int | None:
     return getattr(loader.batch_sampler, "batch_size", None)
+
+
+def _sized(dataset: Any, steps_of) -> int | None:
+    """Steps this epoch for a stream that knows its length, else None (progress shows no total)."""
+    try:
+        return steps_of(len(dataset))
+    except TypeError:
+        return None
