@@ -101,3 +101,14 @@ def test_an_accelerate_key_we_cannot_honour_is_reported_in_one_plain_line(capsys
 def test_env_contract_is_json():
     env = config_to_env(LaunchConfig(seed=3))
     assert json.loads(next(iter(env.values())))["seed"] == 3
+
+
+def test_unquoted_no_in_yaml_means_the_string_not_false(tmp_path):
+    # PyYAML follows YAML 1.1, where an unquoted NO / no is the boolean false; a person writing
+    # `distributed_type: NO` means Accelerate's value "NO" (Accelerate's own files quote it).
+    path = tmp_path / "config.yaml"
+    path.write_text("distributed_type: NO\nmixed_precision: no\nnum_processes: 1\n")
+    config = load_config(path)
+    assert (config.distributed_type, config.mixed_precision) == ("NO", "no")
+    with pytest.raises(ConfigError, match="distributed_type='TRUE' is not valid"):
+        LaunchConfig(distributed_type=True)  # `yes` stays an error naming the value

@@ -63,6 +63,12 @@ class LaunchConfig:
     # ---------------------------------------------------------------- validation
     def validate(self) -> LaunchConfig:
         """Check and normalise every field; raise ConfigError naming the first bad one."""
+        # YAML 1.1 (PyYAML) reads an unquoted NO / no as false: a hand-written `distributed_type: NO`
+        # or `mixed_precision: no` means the string, as Accelerate's own (quoted) files say.
+        if self.distributed_type is False:
+            self.distributed_type = "NO"
+        if self.mixed_precision is False:
+            self.mixed_precision = "no"
         _coerce_types(self)
         if self.num_processes is not None and self.num_processes < 1:
             raise ConfigError(
