@@ -41,6 +41,7 @@ class LaunchConfig:
     gpu_ids: str | None = None
     max_restarts: int = 0
     monitor_interval: float = 0.1
+    stall_timeout: float | None = 300.0  # seconds without progress before a hang report; None/0: off
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     deepspeed_config: DeepSpeedConfig = field(default_factory=DeepSpeedConfig)
     dynamo_config: DynamoConfig = field(default_factory=DynamoConfig)
@@ -107,6 +108,10 @@ class LaunchConfig:
             raise ConfigError(f"max_restarts={self.max_restarts!r} must be >= 0.")
         if self.monitor_interval <= 0:
             raise ConfigError(f"monitor_interval={self.monitor_interval!r} must be > 0 seconds.")
+        if self.stall_timeout is not None and self.stall_timeout < 0:
+            raise ConfigError(
+                f"stall_timeout={self.stall_timeout!r} must be a number of seconds >= 0 (0 or None: no hang report)."
+            )
         for name in _SECTIONS:
             _coerce_types(getattr(self, name), f"{name}.")
             getattr(self, name).validate()

@@ -16,6 +16,7 @@ class RunStarted:
     local_ranks: tuple[int, ...]  # global ranks running on this machine
     start_method: str
     config: Any  # LaunchConfig
+    ask_report: Any = None  # callable: ask for a HangReport now (a HangReported event answers)
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,15 @@ class RunFinished:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-Event = RunStarted | OutputLine | MetricLogged | ProgressUpdate | RunFinished
+@dataclass(frozen=True)
+class HangReported:
+    """Where every rank is (hang_report.HangReport): after stall_timeout without progress, at the
+    timeout, or when asked (RunHandle.stacks(), the RunView's Stacks button)."""
+
+    report: Any  # HangReport
+
+
+Event = RunStarted | OutputLine | MetricLogged | ProgressUpdate | HangReported | RunFinished
 
 
 class Observer(Protocol):

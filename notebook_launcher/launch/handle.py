@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .hang_report import HangReport
 from .planning import LaunchPlan
 from .result import LaunchResult
 from .supervisor import Supervisor
@@ -60,6 +61,17 @@ class RunHandle:
             self.result = collect_result(self._supervisor, self._plan)
         except BaseException as exc:  # noqa: BLE001 - handed to wait()
             self._error = exc
+
+    def stacks(self, timeout: float = 10.0) -> HangReport:
+        """Where every rank is now: each rank's stack, the collective it is in and a verdict (a
+        HangReport; print it). The run goes on. Raises RuntimeError once the run has ended."""
+        if self._runner is not None:
+            raise RuntimeError("stacks() is available for launches on this machine, not on a cluster.")
+        if self.done:
+            raise RuntimeError(
+                "The launch has ended; nothing is running. Its logs are in the result or error."
+            )
+        return self._supervisor.hangs.ask_and_wait(timeout)
 
     def stop(self) -> None:
         """Stop every worker now (like an interrupt); wait() then raises LaunchStopped."""

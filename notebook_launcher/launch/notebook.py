@@ -122,6 +122,8 @@ def _prepare(
 
 def _plan_and_watchers(fn, args, kwargs, options: dict[str, Any], config_overrides: dict[str, Any]):
     """The shared front half of notebook_launch and start_launch: plan the run, pick observers."""
+    if "stall_timeout" in config_overrides and config_overrides["stall_timeout"] is None:
+        config_overrides = dict(config_overrides, stall_timeout=0)  # None here means off, not "unset"
     say = (lambda _msg: None) if options["quiet"] else print
     overrides = dict(
         mixed_precision=options["mixed_precision"],
@@ -197,6 +199,10 @@ def notebook_launch(
     num_processes counts processes on this machine (as in Accelerate's notebook_launcher); with
     num_nodes=M the world has num_processes * M ranks. Other keyword arguments are LaunchConfig
     fields (gradient_accumulation_steps, distributed_type, seed, fsdp_config, ...).
+
+    stall_timeout=S (default 300; None or 0: off): when no rank makes progress for S seconds, a hang
+    report (each rank's stack, the collective it is in, a verdict) is shown and the run goes on;
+    timeout= stops the run with the same report (docs/hang-report.md).
 
     view=True shows a live RunView (per-rank output, progress, metrics chart, Stop button) instead of
     printing lines; pass a RunView instance to reuse one. observers are called with every launch

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 
-from .events import OutputLine
+from .events import HangReported, OutputLine
 
 
 class CellPrinter:
@@ -18,6 +18,10 @@ class CellPrinter:
         self.prefix = prefix
 
     def __call__(self, event: object) -> None:
+        if isinstance(event, HangReported) and event.report.reason == "stall":
+            sys.stderr.write(event.report.text() + "\n")  # a timeout's report comes with LaunchTimeout
+            sys.stderr.flush()
+            return
         if not isinstance(event, OutputLine):
             return
         if self.show_ranks is not None and event.rank not in self.show_ranks:

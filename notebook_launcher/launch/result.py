@@ -177,14 +177,19 @@ def _where(stacks: dict[int, str]) -> list[tuple[str, str]]:
 class LaunchTimeout(NotebookLauncherError, TimeoutError):
     """The launch ran past `timeout=`; every worker was stopped."""
 
-    def __init__(self, timeout: float, running: list[int], stacks: dict[int, str] | None = None):
+    def __init__(
+        self, timeout: float, running: list[int], stacks: dict[int, str] | None = None, report: Any = None
+    ):
         self.timeout = timeout
         self.running_ranks = running
         self.stacks = stacks or {}
+        self.report = report  # the HangReport made at the timeout (hang_report.py)
         self.summary = (
             f"The launch ran longer than timeout={timeout}s; ranks {running} were still running and have been "
             "stopped. Raise timeout= or look for a rank stuck in a collective (e.g. one rank skipping a barrier)."
         )
+        if report is not None:
+            self.summary += f"\nVerdict: {report.verdict}"
         where = "".join(f"\n--- {title} ---\n{text.strip()}" for title, text in _where(self.stacks))
         super().__init__(self.summary + where)
 

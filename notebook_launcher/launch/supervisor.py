@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .events import RunFinished, RunStarted
+from .events import HangReported, OutputLine, RunFinished, RunStarted
 from .forksafety import HelperProcesses, release_openmp_threads
 from .inbox import Inbox
 from .planning import LaunchPlan
@@ -30,6 +30,7 @@ from .result import (
     WorkerError,
 )
 from .stacks import QUIET_SECONDS, StackDump
+from .stall import HangWatch, is_dump_line
 from .worker import STACK_DUMP_SIGNAL, UNSENT_ERROR_MARK
 
 GRACE_SECONDS = 3.0
@@ -58,6 +59,9 @@ class Supervisor:
         self.helpers: HelperProcesses | None = None
         self.dump: StackDump | None = None
         self._running_at_stop: list[int] = []
+        self.hangs = HangWatch(getattr(plan.config, "stall_timeout", None))
+        self.observers.insert(0, self.hangs)
+        self.timeout_report = None
         self.inbox = Inbox(self.record, self._emit, self._begin_stop, self.stopped_by_us.__contains__)
 
     # ------------------------------------------------------------------ public
@@ -75,6 +79,7 @@ class Supervisor:
                         tuple(w.rank for w in self.workers),
                         self.plan.start_method,
                         self.plan.config,
+                        ask_report=self.hangs.ask,
                     )
                 )
                 outcome = self._loop()
@@ -84,7 +89,9 @@ class Supervisor:
                 raise LaunchInterrupted(self.stacks()) from None
             status = outcome
             if outcome == "timeout":
-                raise LaunchTimeout(self.plan.timeout, self._running_at_stop, self.stacks())
+                raise LaunchTimeout(
+                    self.plan.timeout, self._running_at_stop, self.stacks(), self.timeout_report
+                )
             if outcome == "stopped":
                 raise LaunchStopped(
                     "The launch was stopped on request; all workers have been terminated.", self.stacks()
@@ -102,6 +109,7 @@ class Supervisor:
             extra = {"traceback": primary.traceback or primary.output_tail} if primary else {}
             failed = primary.rank if primary else None
             self._emit(RunFinished(status, time.monotonic() - self.started, failed, error, extra))
+            self.hangs.close()
             if interrupted and finished:  # Ctrl-C while a finished run was being cleaned up
                 raise LaunchInterrupted()
 
@@ -120,6 +128,7 @@ class Supervisor:
             release_openmp_threads()
         else:
             self.helpers = HelperProcesses()
+        self.hangs.give_records(self.plan.specs)
         for spec in self.plan.specs:
             worker = start_worker(self.plan.context, spec, self.plan.target, self.workers)
             self.selector.register(worker.out.fileno(), selectors.EVENT_READ, (worker, "stdout"))
@@ -137,6 +146,7 @@ class Supervisor:
                     return self._stop_with_stacks("timeout")
                 if self.should_stop() or self._poll_requested_stop():
                     return self._stop_with_stacks("stopped")
+                self._report_hang_when_due()
             elif time.monotonic() - self.stopping_since > GRACE_SECONDS:
                 self._kill_remaining()
         return "done"
@@ -150,6 +160,9 @@ class Supervisor:
 
     def _stop_with_stacks(self, outcome: str) -> str:
         self._dump_stacks()
+        if outcome == "timeout":
+            self.timeout_report = self.hangs.report("timeout", self.workers, self.stacks())
+            self._emit(HangReported(self.timeout_report))
         self._begin_stop()
         while not all(w.exited for w in self.workers):
             self._pump(POLL_SECONDS)
@@ -170,6 +183,18 @@ class Supervisor:
         except KeyboardInterrupt:
             if not interruptible:
                 raise  # a second Ctrl-C while interrupting: stop waiting for the dumps
+
+    def _report_hang_when_due(self) -> None:
+        """A hang report, without stopping anything: asked for, or stall_timeout without progress."""
+        reason = "asked" if self.hangs.asked() else "stall" if self.hangs.stalled() else None
+        if reason is None:
+            return
+        self.hangs.dumping = True  # the dumps are the report's, not progress nor output for the cell
+        try:
+            self._dump_stacks()
+        finally:
+            self.hangs.dumping = False
+        self._emit(HangReported(self.hangs.report(reason, self.workers, self.stacks())))
 
     def _poll_requested_stop(self) -> bool:
         requested = False
@@ -284,7 +309,11 @@ class Supervisor:
         return WorkerError(primary, others, self.logs, self.record.values)
 
     def _emit(self, event: Any) -> None:
-        for observer in tuple(self.observers):  # a copy: a failing observer is removed below
+        if self.hangs.dumping and isinstance(event, OutputLine) and is_dump_line(event.text):
+            observers = self.observers[:1]  # the report shows the dump: not in the cell's output too
+        else:
+            observers = self.observers
+        for observer in tuple(observers):  # a copy: a failing observer is removed below
             try:
                 observer(event)
             except Exception as exc:  # an observer must never break the run

@@ -104,6 +104,7 @@ def run_worker(
 
         telemetry.set_sink(channel.telemetry_sink)
         fn, args, kwargs = target if spec.payload is None else _load_payload(spec.payload)
+        _count_collectives()
         value = fn(*args, **kwargs)
         _send_result(channel, value, spec.rank)
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent
@@ -115,6 +116,13 @@ def run_worker(
     # Exit without running destructors: tearing down a gloo group whose peers have already left can
     # hang in ~ProcessGroupGloo, and everything the parent needs has been sent.
     os._exit(exit_code)
+
+
+def _count_collectives() -> None:
+    """Keep the collective record the launcher's hang report reads (runtime/collective_log.py)."""
+    from ..runtime import collective_log
+
+    collective_log.install()
 
 
 def _load_payload(payload: bytes) -> Any:

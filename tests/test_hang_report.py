@@ -1,0 +1,197 @@
+"""The hang report (stall_timeout=, timeout=, RunHandle.stacks()): real hangs injected into 2 gloo
+CPU processes, and the verdict must name the culprit. Every run here ends by itself (the stuck rank
+wakes up) or through timeout=, so a broken detector fails an assertion instead of hanging the suite."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from notebook_launcher import LaunchConfig, notebook_launch, start_launch
+from notebook_launcher.launch.events import HangReported
+from notebook_launcher.launch.hang_report import BUSY, MISMATCH, MISSING, RENDEZVOUS
+from notebook_launcher.launch.result import LaunchTimeout
+
+STALL = 1.0  # seconds without progress before a report; each injected hang lasts a few times this
+
+
+class Reports(list):
+    """Observer collecting the HangReport of every HangReported event."""
+
+    def __call__(self, event) -> None:
+        if isinstance(event, HangReported):
+            self.append(event.report)
+
+
+def _rank() -> int:
+    from notebook_launcher import Accelerator
+
+    return Accelerator().process_index
+
+
+def skip_barrier(pause: float) -> str:
+    rank = _rank()
+    for _ in range(3):
+        dist.all_reduce(torch.ones(1))
+    if rank == 1:
+        time.sleep(pause)  # rank 0 waits in barrier #4 meanwhile; then rank 1 joins and all ends well
+    dist.barrier()
+    return "done"
+
+
+def test_a_rank_skipping_a_barrier_is_named_and_the_run_goes_on():
+    reports = Reports()
+    result = notebook_launch(
+        skip_barrier, args=(4 * STALL,), num_processes=2, stall_timeout=STALL, observers=[reports], quiet=True
+    )
+    assert list(result) == ["done", "done"]  # reported, not stopped
+    assert len(reports) == 1, [r.verdict for r in reports]  # once per stall
+    report = reports[0]
+    assert report.reason == "stall" and report.kind == MISSING
+    assert report.verdict.startswith("rank 1 never reached barrier #4, which rank 0 has waited in for")
+    assert "skip_barrier (test_hang_report.py:" in report.verdict  # where rank 1 is instead
+    rank1 = report.ranks[1].stack
+    assert "time.sleep(pause)" in rank1  # all threads' stacks, with source lines
+    assert "dist.barrier()" in report.ranks[0].stack
+    assert "in barrier #4" in report.text()
+
+
+def mismatched() -> None:
+    tensor = torch.ones(4)
+    if _rank() == 0:
+        dist.all_reduce(tensor)
+    else:
+        dist.broadcast(tensor, src=0)
+
+
+def test_mismatched_collectives_are_told_apart_and_timeout_shows_the_same_report():
+    reports = Reports()
+    with pytest.raises(LaunchTimeout) as caught:
+        notebook_launch(
+            mismatched,
+            num_processes=2,
+            stall_timeout=STALL,
+            timeout=4 * STALL,
+            observers=[reports],
+            quiet=True,
+        )
+    assert [r.reason for r in reports] == ["stall", "timeout"]
+    for report in reports:
+        assert report.kind == MISMATCH, report.verdict
+        assert "rank 0 in all_reduce #1" in report.verdict and "rank 1 in broadcast #1" in report.verdict
+    assert caught.value.report is reports[1]
+    assert "Verdict: ranks are in different collectives" in caught.value.summary
+
+
+class SlowOnRankOne(torch.utils.data.Dataset):
+    def __init__(self, pause: float) -> None:
+        self.pause = pause
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if index == 5 and self.pause:  # rank 1's third batch (each rank reads every other index)
+            time.sleep(self.pause)
+        return torch.tensor([float(index)])
+
+
+def loader_loop(pause: float) -> int:
+    from notebook_launcher import Accelerator
+
+    accelerator = Accelerator()
+    loader = accelerator.prepare(torch.utils.data.DataLoader(SlowOnRankOne(pause), batch_size=1))
+    steps = 0
+    for batch in loader:
+        accelerator.reduce(batch)  # one counted all_reduce per step
+        steps += 1
+    return steps
+
+
+def test_a_rank_sleeping_in_getitem_is_named():
+    reports = Reports()
+    result = notebook_launch(
+        loader_loop, args=(4 * STALL,), num_processes=2, stall_timeout=STALL, observers=[reports], quiet=True
+    )
+    assert list(result) == [4, 4]
+    assert len(reports) == 1 and reports[0].kind == MISSING, [r.verdict for r in reports]
+    verdict = reports[0].verdict
+    assert verdict.startswith("rank 1 never reached all_reduce #"), verdict
+    assert "rank 1 is at __getitem__ (test_hang_report.py:" in verdict
+
+
+def slow_steps(steps: int, pause: float) -> int:
+    rank = _rank()
+    for step in range(steps):
+        time.sleep(pause)
+        dist.all_reduce(torch.ones(1))
+        if rank == 0:
+            print(f"step {step}", flush=True)  # progress the launcher sees
+    return steps
+
+
+def test_a_slow_but_progressing_run_is_not_reported():
+    reports = Reports()
+    started = time.monotonic()
+    stall = 2 * STALL
+    notebook_launch(
+        slow_steps, args=(8, stall / 4), num_processes=2, stall_timeout=stall, observers=[reports], quiet=True
+    )
+    assert time.monotonic() - started > stall  # long enough that a detector ignoring progress reports
+    assert reports == []
+
+
+def test_stall_timeout_none_turns_the_report_off_over_the_config():
+    reports = Reports()
+    notebook_launch(
+        skip_barrier,
+        args=(3 * STALL,),
+        num_processes=2,
+        config=LaunchConfig(stall_timeout=STALL),
+        stall_timeout=None,
+        observers=[reports],
+        quiet=True,
+    )
+    assert reports == []
+
+
+def late_join(pause: float) -> None:
+    if int(__import__("os").environ["RANK"]) == 1:
+        time.sleep(pause)
+    _rank()  # Accelerator(): init_process_group
+
+
+def test_a_rank_missing_from_the_rendezvous_is_named():
+    reports = Reports()
+    notebook_launch(
+        late_join, args=(4 * STALL,), num_processes=2, stall_timeout=STALL, observers=[reports], quiet=True
+    )
+    assert reports and reports[0].kind == RENDEZVOUS, [r.verdict for r in reports]
+    assert reports[0].verdict.startswith("rank 1 never joined the rendezvous (init_process_group)")
+
+
+def busy(pause: float) -> str:
+    _rank()
+    time.sleep(pause)
+    return "finished"
+
+
+def test_handle_stacks_on_a_running_launch():
+    handle = start_launch(busy, args=(3.0,), num_processes=2, stall_timeout=None, quiet=True)
+    try:
+        deadline = time.monotonic() + 30
+        report = handle.stacks()
+        while "busy" not in report.ranks[1].stack and time.monotonic() < deadline:
+            time.sleep(0.2)  # still starting up: ask again
+            report = handle.stacks()
+        assert report.reason == "asked" and report.kind == BUSY, report.verdict
+        assert all("time.sleep(pause)" in state.stack for state in report.ranks)
+        assert "every rank is busy in its own code" in str(report)
+    finally:
+        result = handle.wait(60)
+    assert list(result) == ["finished", "finished"]  # the report did not stop the run
+    with pytest.raises(RuntimeError, match="has ended"):
+        handle.stacks()
