@@ -195,3 +195,26 @@ def test_handle_stacks_on_a_running_launch():
     assert list(result) == ["finished", "finished"]  # the report did not stop the run
     with pytest.raises(RuntimeError, match="has ended"):
         handle.stacks()
+
+
+def test_the_run_views_stacks_button_shows_a_report():
+    from notebook_launcher import RunView
+
+    view = RunView()
+    handle = start_launch(
+        busy, args=(3.0,), num_processes=2, stall_timeout=None, observers=[view], quiet=True
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while view.hang_box.button.disabled and time.monotonic() < deadline:
+            time.sleep(0.05)
+        view.hang_box.button.click()
+        while view.hang_box.report is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        report = view.hang_box.report
+        assert report is not None and report.reason == "asked"
+        assert "Stack report" in view.hang_box.pane.value
+        assert view.hang_box.pane.layout.display == ""
+    finally:
+        handle.wait(60)
+    assert view.hang_box.button.disabled  # nothing left to ask once the run has ended

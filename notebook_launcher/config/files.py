@@ -87,6 +87,8 @@ def to_file_dict(config: LaunchConfig) -> dict[str, object]:
         data.pop("cluster_config")
     if not config.dynamo_config.enabled:
         data.pop("dynamo_config")
+    if config.stall_timeout == type(config).__dataclass_fields__["stall_timeout"].default:
+        data.pop("stall_timeout")  # our own key: only when set, so Accelerate can read the file too
     return data
 
 

@@ -24,7 +24,6 @@ from .events import MetricLogged, OutputLine, ProgressUpdate
 from .hang_report import HangReport, make_report, ranks_from
 from .processes import Worker
 
-DEFAULT_STALL_TIMEOUT = 300.0
 _DUMP_LINE = re.compile(
     r'^(\s*File ".*", line \d+ in .*|(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):'
     r"|\s*<no Python frame>|\s*)$"

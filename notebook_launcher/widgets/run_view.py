@@ -20,8 +20,9 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from ..launch.events import RunFinished, RunStarted
+from ..launch.events import HangReported, RunFinished, RunStarted
 from .chart import svg_chart
+from .hang_view import HangBox
 from .kernel_pump import CommPump
 from .run_state import RunState
 
@@ -53,6 +54,7 @@ class RunView(widgets.VBox):
             description="Stop", icon="stop", button_style="danger", tooltip="Stop every worker of this run"
         )
         self.stop_button.on_click(lambda _button: self.request_stop())
+        self.hang_box = HangBox()  # Stacks button and the latest hang report
         self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="320px"))
         self.progress_label = widgets.Label("")
         self.tabs = widgets.Tab(layout=widgets.Layout(width="100%"))
@@ -78,9 +80,11 @@ class RunView(widgets.VBox):
         super().__init__(
             children=[
                 widgets.HBox(
-                    [self.heading, self.status, self.stop_button], layout=widgets.Layout(width="100%")
+                    [self.heading, self.status, self.hang_box.button, self.stop_button],
+                    layout=widgets.Layout(width="100%"),
                 ),
                 self.progress_row,
+                self.hang_box.pane,
                 self.tabs,
                 self.chart_box,
             ]
@@ -90,6 +94,12 @@ class RunView(widgets.VBox):
     # -------------------------------------------------------------- observer side
     def __call__(self, event: Any) -> None:
         """Observer: buffer one launch event; draw when due (always at the start and the end)."""
+        if isinstance(event, RunStarted):
+            self.hang_box.connect(event.ask_report)
+        elif isinstance(event, HangReported):
+            self.hang_box.show(event.report)
+        elif isinstance(event, RunFinished):
+            self.hang_box.finish()
         with self._lock:
             self._pending.append(event)
             due = time.monotonic() - self._last_draw >= self.refresh_interval
