@@ -218,3 +218,37 @@ def test_the_run_views_stacks_button_shows_a_report():
     finally:
         handle.wait(60)
     assert view.hang_box.button.disabled  # nothing left to ask once the run has ended
+
+
+def test_in_process_refuses_a_stall_timeout():
+    from notebook_launcher.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="stall_timeout=5 cannot be applied"):
+        notebook_launch(busy, args=(0.0,), in_process=True, stall_timeout=5)
+
+
+# ------------------------------------------------------------ the verdict alone (no processes)
+def _stack(*frames: tuple[str, int, str]) -> str:
+    lines = ["Current thread 0x00007f0000000001 (most recent call first):"]
+    lines += [f'  File "{file}", line {line} in {func}' for file, line, func in frames]
+    return "\n".join(lines)
+
+
+def test_the_verdict_falls_back_on_the_stack_for_ddps_uncounted_collectives():
+    from notebook_launcher.launch.hang_report import RankState, judge, user_frames_first
+    from notebook_launcher.runtime.collective_log import IDLE, Activity
+
+    torch_file = "/venv/lib/python3.11/site-packages/torch/autograd/graph.py"
+    launcher_file = "/venv/lib/python3.11/site-packages/notebook_launcher/runtime/accelerator.py"
+    waiting = _stack(
+        (torch_file, 9, "_engine_run_backward"), (launcher_file, 5, "backward"), ("/nb/cell.py", 13, "train")
+    )
+    sleeping = _stack(("/nb/cell.py", 12, "train"))
+    idle = Activity(IDLE, 0, "", 0.0)
+    kind, verdict = judge([RankState(0, idle, waiting), RankState(1, idle, sleeping)], now=10.0)
+    assert kind == MISSING
+    assert verdict.startswith("rank 1 never reached the collective that rank 0 waits in (rank 0 in backward")
+    assert verdict.endswith("rank 1 is at train (cell.py:12)")
+    folded = user_frames_first(waiting).splitlines()
+    assert folded[1].endswith("in _engine_run_backward")  # the innermost frame: what it waits in
+    assert folded[2] == "  ... 1 frame in notebook_launcher" and folded[3].endswith("in train")

@@ -49,11 +49,17 @@ class RankState:
         return f"{act.op} #{act.count}" if act is not None and act.in_collective else None
 
     def torch_call(self) -> str | None:
-        """A torch.distributed function in the main thread's stack (for collectives the record does
-        not count: DDP's reducer, a `from torch.distributed import ...` name, an async op's wait)."""
+        """Where torch syncs ranks, from the main thread's stack, for collectives the record does not
+        count (DDP's C++ reducer, a `from torch.distributed import ...` name, an async op's wait)."""
         for match in map(_FRAME.match, _main_thread(self.stack).splitlines()):
-            if match and "/torch/distributed/" in match["file"]:
+            if match is None:
+                continue
+            if "/torch/distributed/" in match["file"]:
                 return f"torch.distributed's {match['func']}"
+            if "/torch/nn/parallel/distributed.py" in match["file"]:
+                return f"DDP's {match['func']}"
+            if "/torch/autograd/" in match["file"]:
+                return "backward (where DDP all-reduces the gradients)"
         return None
 
 
@@ -137,10 +143,18 @@ def judge(ranks: list[RankState], now: float) -> tuple[str, str]:
         )
     torch_calls = [(r, r.torch_call()) for r in running if r.torch_call()]
     if torch_calls:
-        where = "; ".join(f"rank {r.rank} in {call}" for r, call in torch_calls)
-        others = [r for r in running if r not in [s for s, _ in torch_calls]]
-        tail = f"; {_whereabouts(others)}" if others else ""
-        return MISSING if others else ALL_IN_ONE, f"no counted collective, but the stacks show {where}{tail}"
+        waiting = [r for r, _ in torch_calls]
+        sites = "; ".join(f"rank {r.rank} in {call}" for r, call in torch_calls)
+        others = [r for r in running if r not in waiting]
+        if not others:
+            return ALL_IN_ONE, (
+                f"every rank is in torch's synchronising code ({sites}, from the stack): a collective "
+                "that does not complete, or a slow step"
+            )
+        return MISSING, (
+            f"{_ranks(others)} never reached the collective that {_ranks(waiting)} "
+            f"{_verb(waiting, 'waits', 'wait')} in ({sites}, from the stack); {_whereabouts(others)}"
+        )
     return BUSY, (
         "no rank is in a collective: every rank is busy in its own code (a slow step, not a hang); "
         f"{_whereabouts(running)}"

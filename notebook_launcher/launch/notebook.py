@@ -252,6 +252,12 @@ _NOT_IN_PROCESS = {
 
 
 def _reject_for_in_process(options: dict[str, Any]) -> None:
+    stall = options["config_overrides"].get("stall_timeout")
+    if stall:
+        raise ConfigError(
+            f"in_process=True runs fn in this process, so stall_timeout={stall!r} cannot be applied (no other "
+            "process watches it for a hang). Drop stall_timeout, or drop in_process=True to run in a worker process."
+        )
     for name, (allowed, why) in _NOT_IN_PROCESS.items():
         value = options[name]
         if isinstance(value, (list, tuple)) and not value:

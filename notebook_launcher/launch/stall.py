@@ -71,9 +71,14 @@ class HangWatch:
             self.last_progress = time.monotonic()
             self._reported = False
 
-    def stalled(self) -> bool:
-        """True once per stall: stall_timeout seconds without progress, not yet reported."""
+    def stalled(self, workers: Sequence[Worker]) -> bool:
+        """True once per stall: stall_timeout seconds without progress, not yet reported. The clock
+        starts when every worker runs our code (a spawned one imports for seconds first, and
+        before that it has no stack to show)."""
         if self.stall_timeout is None or self._reported:
+            return False
+        if not all(w.started or w.exited for w in workers):
+            self.last_progress = time.monotonic()
             return False
         return time.monotonic() - self.last_progress > self.stall_timeout
 

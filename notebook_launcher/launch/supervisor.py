@@ -186,7 +186,7 @@ class Supervisor:
 
     def _report_hang_when_due(self) -> None:
         """A hang report, without stopping anything: asked for, or stall_timeout without progress."""
-        reason = "asked" if self.hangs.asked() else "stall" if self.hangs.stalled() else None
+        reason = "asked" if self.hangs.asked() else "stall" if self.hangs.stalled(self.workers) else None
         if reason is None:
             return
         self.hangs.dumping = True  # the dumps are the report's, not progress nor output for the cell

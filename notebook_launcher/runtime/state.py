@@ -20,6 +20,7 @@ import torch.distributed as dist
 from ..config import LaunchConfig
 from ..errors import AcceleratorError, ClusterEnvironmentError
 from ..network import socket_interface_env
+from . import collective_log
 from .environments import World, detect_world
 
 
@@ -180,6 +181,7 @@ def get_state(
             kwargs["timeout"] = timeout
         if backend == "nccl":
             kwargs["device_id"] = device
+        collective_log.install()  # a spawned worker may import torch only now; a no-op outside a launch
         dist.init_process_group(**kwargs)
         owns = True
     else:
