@@ -9,6 +9,8 @@ Kinds: a rank skipping a barrier (missing), mismatched collectives (all_reduce v
 sleeping in a Dataset's __getitem__ (missing, named at __getitem__), a rank late for the rendezvous,
 every rank busy in its own code, and a slow but progressing run (must give no report). The stall
 begins at the stuck rank's last output line ("stall <time>"); latency = report - that - stall_timeout.
+A report before that line is a real stall too (start-up taking longer than STALL on a busy machine):
+it is counted apart, and the first report after the line is the one judged.
 """
 
 from __future__ import annotations
@@ -107,7 +109,8 @@ CASES = {
 }
 
 
-def one_run(fn) -> tuple[list, float | None]:
+def one_run(fn) -> tuple[list, list, float | None]:
+    """(reports of the injected stall, reports before it, latency of the first one)."""
     reports, marks = [], []
 
     def observe(event) -> None:
@@ -122,8 +125,11 @@ def one_run(fn) -> tuple[list, float | None]:
         )
     except LaunchTimeout:
         pass  # the mismatch never resolves: timeout= ends it
-    latency = reports[0][0] - marks[0] - STALL if reports and marks else None
-    return [r for _, r in reports], latency
+    mark = marks[0] if marks else float("inf")
+    after = [(at, r) for at, r in reports if at >= mark]
+    before = [r for at, r in reports if at < mark]  # a real stall of STALL s in start-up on a busy machine
+    latency = after[0][0] - mark - STALL if after else None
+    return [r for _, r in after], before, latency
 
 
 def main() -> None:
@@ -133,11 +139,12 @@ def main() -> None:
     runs = parser.parse_args()
     for name in runs.only:
         fn, kind, phrase = CASES[name]
-        right, latencies, wrong = 0, [], []
+        right, latencies, wrong, early = 0, [], [], 0
         for _ in range(runs.runs):
-            reports, latency = one_run(fn)
+            reports, before, latency = one_run(fn)
+            early += bool(before)
             if kind is None:
-                ok = not reports
+                ok = not reports and not before
             else:
                 ok = len(reports) == 1 and reports[0].kind == kind and phrase in reports[0].verdict
             right += ok
@@ -151,7 +158,8 @@ def main() -> None:
             if latencies
             else "no report"
         )
-        print(f"{name}: {right}/{runs.runs} right; {spread}", flush=True)
+        extra = f"; {early} run(s) also had a report of a start-up stall before it" if early else ""
+        print(f"{name}: {right}/{runs.runs} right; {spread}{extra}", flush=True)
         for verdicts in wrong[:3]:
             print(f"    wrong: {verdicts}", flush=True)
 

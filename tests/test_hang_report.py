@@ -11,18 +11,33 @@ import torch
 import torch.distributed as dist
 
 from notebook_launcher import LaunchConfig, notebook_launch, start_launch
-from notebook_launcher.launch.events import HangReported
+from notebook_launcher.launch.events import HangReported, OutputLine
 from notebook_launcher.launch.hang_report import BUSY, MISMATCH, MISSING, RENDEZVOUS
 from notebook_launcher.launch.result import LaunchTimeout
 
 STALL = 1.0  # seconds without progress before a report; each injected hang lasts a few times this
+MARK = "injecting the hang"
+
+
+def _mark() -> None:
+    print(MARK, flush=True)  # the last progress before the injected stall
 
 
 class Reports(list):
-    """Observer collecting the HangReport of every HangReported event."""
+    """Observer collecting the HangReport of every HangReported event after the injected hang began
+    (MARK): on a busy machine the start-up alone can take longer than STALL, a real stall as well,
+    reported too, but not the one under test. `.armed_at` is when MARK arrived."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed_at: float | None = None
 
     def __call__(self, event) -> None:
-        if isinstance(event, HangReported):
+        if isinstance(event, OutputLine) and event.text == MARK:
+            self.armed_at = time.monotonic()
+        elif isinstance(event, HangReported) and (
+            self.armed_at is not None or event.report.reason != "stall"
+        ):
             self.append(event.report)
 
 
@@ -37,6 +52,7 @@ def skip_barrier(pause: float) -> str:
     for _ in range(3):
         dist.all_reduce(torch.ones(1))
     if rank == 1:
+        _mark()
         time.sleep(pause)  # rank 0 waits in barrier #4 meanwhile; then rank 1 joins and all ends well
     dist.barrier()
     return "done"
@@ -64,6 +80,7 @@ def mismatched() -> None:
     if _rank() == 0:
         dist.all_reduce(tensor)
     else:
+        _mark()
         dist.broadcast(tensor, src=0)
 
 
@@ -74,7 +91,7 @@ def test_mismatched_collectives_are_told_apart_and_timeout_shows_the_same_report
             mismatched,
             num_processes=2,
             stall_timeout=STALL,
-            timeout=4 * STALL,
+            timeout=6 * STALL,
             observers=[reports],
             quiet=True,
         )
@@ -95,6 +112,7 @@ class SlowOnRankOne(torch.utils.data.Dataset):
 
     def __getitem__(self, index: int) -> torch.Tensor:
         if index == 5 and self.pause:  # rank 1's third batch (each rank reads every other index)
+            _mark()
             time.sleep(self.pause)
         return torch.tensor([float(index)])
 
@@ -125,6 +143,8 @@ def test_a_rank_sleeping_in_getitem_is_named():
 
 def slow_steps(steps: int, pause: float) -> int:
     rank = _rank()
+    if rank == 0:
+        _mark()  # from here on: no report, though the run lasts longer than stall_timeout
     for step in range(steps):
         time.sleep(pause)
         dist.all_reduce(torch.ones(1))
@@ -135,12 +155,13 @@ def slow_steps(steps: int, pause: float) -> int:
 
 def test_a_slow_but_progressing_run_is_not_reported():
     reports = Reports()
-    started = time.monotonic()
     stall = 2 * STALL
     notebook_launch(
         slow_steps, args=(8, stall / 4), num_processes=2, stall_timeout=stall, observers=[reports], quiet=True
     )
-    assert time.monotonic() - started > stall  # long enough that a detector ignoring progress reports
+    assert (
+        time.monotonic() - reports.armed_at > stall
+    )  # long enough that a detector ignoring progress reports
     assert reports == []
 
 
@@ -160,6 +181,7 @@ def test_stall_timeout_none_turns_the_report_off_over_the_config():
 
 def late_join(pause: float) -> None:
     if int(__import__("os").environ["RANK"]) == 1:
+        _mark()
         time.sleep(pause)
     _rank()  # Accelerator(): init_process_group
 
