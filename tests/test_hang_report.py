@@ -274,3 +274,27 @@ def test_the_verdict_falls_back_on_the_stack_for_ddps_uncounted_collectives():
     folded = user_frames_first(waiting).splitlines()
     assert folded[1].endswith("in _engine_run_backward")  # the innermost frame: what it waits in
     assert folded[2] == "  ... 1 frame in notebook_launcher" and folded[3].endswith("in train")
+
+
+def test_one_report_per_stall_and_again_after_progress_resumed():
+    from types import SimpleNamespace
+
+    from notebook_launcher.launch.stall import HangWatch
+
+    watch = HangWatch(0.05)
+    workers = [SimpleNamespace(rank=0, started=True, exited=False)]
+    try:
+        time.sleep(0.1)
+        assert watch.stalled(workers)
+        watch.report("stall", workers, {})
+        time.sleep(0.1)
+        assert not watch.stalled(workers)  # the same stall: reported once
+        watch(OutputLine(0, "stderr", '  File "x.py", line 3 in f'))  # our own stack dump: not progress
+        time.sleep(0.1)
+        assert not watch.stalled(workers)
+        watch(OutputLine(0, "stdout", "step 7"))  # progress resumed ...
+        assert not watch.stalled(workers)
+        time.sleep(0.1)
+        assert watch.stalled(workers)  # ... and stalled again
+    finally:
+        watch.close()
