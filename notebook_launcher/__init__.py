@@ -64,6 +64,9 @@ _LAZY = {
     "LaunchStopped": "notebook_launcher.launch",
     "RayCluster": "notebook_launcher.clusters",
     "SlurmCluster": "notebook_launcher.clusters",
+    "Ranks": "notebook_launcher.interactive",
+    "RankError": "notebook_launcher.interactive",
+    "RanksBroken": "notebook_launcher.interactive",
     "ConfigPanel": "notebook_launcher.widgets",
     "RunView": "notebook_launcher.widgets",
 }
@@ -80,7 +83,9 @@ __all__ = [
     "NetworkError",
     "NotebookLauncherError",
     "load_config",
+    "load_ipython_extension",
     "save_config",
+    "unload_ipython_extension",
     *_LAZY,
 ]
 
@@ -108,6 +113,21 @@ _UNSUPPORTED = {
     "is_rich_available": "rich tracebacks are not used; worker tracebacks come back to the notebook as they are",
     "rich": "rich tracebacks are not used; worker tracebacks come back to the notebook as they are",
 }
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """`%load_ext notebook_launcher` registers the %ranks / %%ranks magics (see Ranks)."""
+    from .interactive.magic import load_ipython_extension as load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """`%unload_ext notebook_launcher` stops the ranks the magics started."""
+    from .interactive.magic import unload_ipython_extension as unload
+
+    unload(ipython)
+
 
 __getattr__: Any = face("notebook_launcher", globals(), _LAZY, _UNSUPPORTED)
 

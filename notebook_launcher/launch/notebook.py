@@ -7,7 +7,6 @@ holds CUDA, spawn with the function cloudpickled by value. The kernel is left ex
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -19,42 +18,7 @@ from .payload import pickle_target
 from .planning import LaunchPlan
 from .result import LaunchResult
 from .supervisor import Supervisor
-
-_WARMED = False
-
-
-def _warm_up() -> None:
-    """Import, once in the parent, what every forked worker would otherwise import on its own."""
-    global _WARMED
-    if _WARMED:
-        return
-    import torch.distributed  # noqa: F401
-    import torch.nn.parallel  # noqa: F401
-
-    try:
-        import torch._dynamo  # noqa: F401  (DDP's first construction imports it: ~1.3 s per worker)
-    except Exception:
-        pass
-    import notebook_launcher.runtime  # noqa: F401
-
-    _WARMED = True
-
-
-def _warm_up_deepspeed() -> None:
-    """Importing deepspeed takes ~10 s per worker; do it once here — on CPU-only machines only,
-    because on a GPU machine its accelerator probing could touch the CUDA driver in the kernel."""
-    from ..hardware import detect
-
-    if detect().cuda_device_count == 0:
-        saved = dict(os.environ)  # importing deepspeed sets variables; the kernel must keep its own
-        try:
-            import deepspeed  # noqa: F401
-        except Exception:
-            pass  # the strategy reports a missing or broken install with the fix
-        finally:
-            for key in set(os.environ) - set(saved):
-                del os.environ[key]
-            os.environ.update(saved)
+from .warmup import warm_up
 
 
 def _prepare(
@@ -78,30 +42,14 @@ def _prepare(
     if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
         raise ConfigError(f"timeout={timeout!r} must be a positive number of seconds.")
     kwargs = dict(kwargs or {})
-    cfg = planning.build_config(config, overrides)
-    planning.reject_agent_only_settings(cfg)
-    planning.check_gpu_ids(cfg)
-    nproc = planning.count_processes(num_processes, cfg, say)
-    cfg = planning.respect_single_process(
-        cfg,
-        nproc,
-        processes_given=num_processes is not None,
-        type_given=overrides.get("distributed_type") is not None,
-        say=say,
-    )
-    cfg = cfg.replace(num_processes=nproc * cfg.num_machines)
-    method, note = planning.choose_start_method(start_method)
-    if note:
-        say(note)
+    cfg, nproc, method = planning.resolve_processes(num_processes, config, start_method, say, overrides)
     payload = None
     target = (fn, tuple(args), kwargs)
     if method != "fork":
         payload = pickle_target(fn, tuple(args), kwargs, say)
         target = None
     else:
-        _warm_up()
-        if cfg.distributed_type == "DEEPSPEED":
-            _warm_up_deepspeed()
+        warm_up(cfg)
     network_env, reach_main = planning.machine_network(cfg, say)
     addr, port, store = planning.rendezvous(cfg, cfg.num_machines)
     specs = planning.make_specs(cfg, nproc, (addr, port), payload, network_env)

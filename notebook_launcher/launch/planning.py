@@ -65,6 +65,33 @@ def count_processes(requested: int | None, config: LaunchConfig, say: Callable[[
     return 2
 
 
+def resolve_processes(
+    num_processes: int | None,
+    config: Any,
+    start_method: str,
+    say: Callable[[str], None],
+    overrides: dict[str, Any],
+) -> tuple[LaunchConfig, int, str]:
+    """(config, processes on this machine, start method) from the caller's arguments — the front half
+    of every plan, shared by notebook_launch and the %%ranks group."""
+    cfg = build_config(config, overrides)
+    reject_agent_only_settings(cfg)
+    check_gpu_ids(cfg)
+    nproc = count_processes(num_processes, cfg, say)
+    cfg = respect_single_process(
+        cfg,
+        nproc,
+        processes_given=num_processes is not None,
+        type_given=overrides.get("distributed_type") is not None,
+        say=say,
+    )
+    cfg = cfg.replace(num_processes=nproc * cfg.num_machines)
+    method, note = choose_start_method(start_method)
+    if note:
+        say(note)
+    return cfg, nproc, method
+
+
 def check_gpu_ids(config: LaunchConfig) -> None:
     """gpu_ids must name GPUs this machine has (as the CLI checks), unless the run is on CPU."""
     if not config.gpu_ids or config.gpu_ids == "all" or config.runs_on_cpu:

@@ -75,10 +75,10 @@ def _reset_inherited_state() -> None:
     sys.displayhook = sys.__displayhook__  # a forked kernel's hook would talk to the kernel's sockets
 
 
-def run_worker(
-    spec: WorkerSpec, target: Any, out_conn: Connection, err_conn: Connection, msg_conn: Connection
-):
-    """Entry point of every worker process (fork and spawn alike)."""
+def prepare_process(out_conn: Connection, err_conn: Connection) -> None:
+    """What every process the launcher starts does first, whatever it runs next (a launch's
+    function, or the %%ranks command loop): its own process group, output to the parent's pipes,
+    die with the parent, no state inherited from the kernel, a stack dump on request."""
     _lead_own_process_group()
     _redirect_output(out_conn, err_conn)
     _die_with_parent()
@@ -86,6 +86,13 @@ def run_worker(
     import faulthandler
 
     faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
+
+
+def run_worker(
+    spec: WorkerSpec, target: Any, out_conn: Connection, err_conn: Connection, msg_conn: Connection
+):
+    """Entry point of every worker process (fork and spawn alike)."""
+    prepare_process(out_conn, err_conn)
     os.environ.update(spec.env)  # before torch loads (spawn): thread counts, visible GPUs
     from ..runtime.state import exit_without_teardown
 

@@ -1,0 +1,116 @@
+"""What a %%ranks cell raises in the kernel, and how IPython shows it.
+
+A failed cell shows one line of ours, then each failing rank's own traceback (user frames only:
+the ranks cut their command loop's frames). IPython shows an exception through its
+`_render_traceback_()` when it has one, so the kernel's own frames do not bury the ranks' story.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import NotebookLauncherError
+from ..launch.result import RankFailure
+
+RESTART_HINT = (
+    "Run `%ranks restart` (or `ranks.restart()`) to start fresh ranks; their namespaces start empty."
+)
+_RED, _RESET = "\x1b[0;31m", "\x1b[0m"
+
+
+def _rendered(name: str, summary: str, sections: list[tuple[str, str]]) -> list[str]:
+    lines = [f"{_RED}{name}{_RESET}: {summary}"]
+    for title, text in sections:
+        if text and text.strip():
+            lines += [f"--- {title} ---", text.rstrip()]
+    return lines
+
+
+class RanksError(NotebookLauncherError, RuntimeError):
+    """Base of the errors of a %%ranks group."""
+
+
+class RankError(RanksError):
+    """The code raised on one or more ranks. The ranks are alive and keep their namespaces."""
+
+    def __init__(self, failures: dict[int, RankFailure], finished: list[int]) -> None:
+        self.failures = failures
+        self.finished = finished
+        first = failures[min(failures)]
+        self.rank = first.rank
+        self.exception = first.exception
+        which = ", ".join(str(r) for r in sorted(failures))
+        done = f"; rank {', '.join(map(str, finished))} finished" if finished else ""
+        super().__init__(
+            f"rank {which} raised {first.exc_type}: {first.message}{done}. The ranks are still running "
+            "with their namespaces: fix the code and run the cell again."
+        )
+        if first.exception is not None:
+            self.__cause__ = first.exception
+
+    def _render_traceback_(self) -> list[str]:
+        sections = [(f"rank {r}", f.traceback or "") for r, f in sorted(self.failures.items())]
+        return _rendered(type(self).__name__, str(self), sections)
+
+
+class RanksBroken(RanksError):
+    """The group cannot run code any more: a rank died, or is stuck in a collective."""
+
+    def __init__(self, why: str, outputs: dict[int, str] | None = None) -> None:
+        self.why = why
+        self.outputs = outputs or {}
+        super().__init__(
+            f"The ranks' process group is broken: {why}. The other ranks cannot run collectives with it. "
+            + RESTART_HINT
+        )
+
+    def _render_traceback_(self) -> list[str]:
+        sections = [(f"rank {r}: last output", text) for r, text in sorted(self.outputs.items())]
+        return _rendered(type(self).__name__, str(self), sections)
+
+
+class RanksStartError(RanksError):
+    """A rank could not start (its traceback or last output is attached); nothing was left running."""
+
+    def __init__(self, rank: int, exitcode: int | None, text: str) -> None:
+        self.rank, self.exitcode, self.text = rank, exitcode, text
+        super().__init__(f"rank {rank} could not start its process group; no rank is left running.")
+
+    def _render_traceback_(self) -> list[str]:
+        return _rendered(type(self).__name__, str(self), [(f"rank {self.rank}", self.text)])
+
+
+class CellInterrupted(KeyboardInterrupt):
+    """The stop button interrupted a %%ranks cell; `where` holds each rank's traceback at that point."""
+
+    def __init__(self, where: dict[int, str], stuck: list[int]) -> None:
+        self.where, self.stuck = where, stuck
+        note = (
+            f"; rank {', '.join(map(str, stuck))} did not stop (blocked in a collective). {RESTART_HINT}"
+            if stuck
+            else "; the ranks are ready for the next cell"
+        )
+        super().__init__(f"interrupted on every rank{note}")
+
+    def _render_traceback_(self) -> list[str]:
+        sections = [(f"rank {r}", text) for r, text in sorted(self.where.items())]
+        return _rendered("KeyboardInterrupt", str(self.args[0]), sections)
+
+
+def failure_from_reply(rank: int, error: dict[str, Any]) -> RankFailure:
+    """A RankFailure (the launch's record of one rank's error) from a rank's REPLY."""
+    from ..launch.channel import load_pickled
+
+    try:
+        exception = load_pickled(error.get("pickled"))
+    except Exception:  # noqa: BLE001 - the traceback text still tells the story
+        exception = None
+    return RankFailure(
+        rank=rank,
+        exc_type=error["exc_type"],
+        message=error["message"],
+        traceback=error["traceback"],
+        time=error["time"],
+        exception=exception,
+        secondary=error.get("secondary", False),
+    )
