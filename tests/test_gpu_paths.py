@@ -104,8 +104,8 @@ print(before, hardware.cuda_driver_initialized(), choose_start_method("auto")[0]
 """
 
 
-@pytest.mark.parametrize("result, expected", [(0, "False True spawn"), (3, "False False fork")])
-def test_a_kernel_whose_driver_was_initialised_starts_workers_with_spawn(tmp_path, result, expected):
+@pytest.mark.parametrize("result, expected", [(0, "False True forkserver"), (3, "False False fork")])
+def test_a_kernel_whose_driver_was_initialised_starts_workers_without_fork(tmp_path, result, expected):
     """A stand-in libcuda.so.1 answers cuDeviceGetCount like the real driver after cuInit (0) or
     before it (3, CUDA_ERROR_NOT_INITIALIZED); the parent's choice follows the driver's state."""
     compiler = shutil.which("cc") or shutil.which("gcc")
@@ -121,12 +121,12 @@ def test_a_kernel_whose_driver_was_initialised_starts_workers_with_spawn(tmp_pat
     assert out.stdout.split()[-3:] == expected.split()
 
 
-def test_a_driver_hazard_is_a_clear_error_for_fork_and_spawn_for_auto(monkeypatch):
+def test_a_driver_hazard_is_a_clear_error_for_fork_and_the_warm_pool_for_auto(monkeypatch):
     from notebook_launcher import hardware
 
     monkeypatch.setattr(hardware, "cuda_driver_initialized", lambda: True)
     method, note = planning.choose_start_method("auto")
-    assert method == "spawn" and "CUDA driver" in note and "PYTORCH_NVML_BASED_CUDA_CHECK" in note
+    assert method == "forkserver" and "CUDA driver" in note and "PYTORCH_NVML_BASED_CUDA_CHECK" in note
     with pytest.raises(ConfigError, match="start_method='fork' cannot be used: this kernel has already"):
         planning.choose_start_method("fork")
 

@@ -72,7 +72,7 @@ def test_cells_define_everything_and_launch_returns_all_ranks(tmp_path, start_me
     assert f"[0, 1] [2, 2] {start_method}" in _text(nb.cells[2])
 
 
-def test_cuda_initialised_kernel_switches_to_spawn_and_says_so(tmp_path):
+def test_cuda_initialised_kernel_switches_to_the_warm_pool_and_says_so(tmp_path):
     nb = _run_notebook(
         [
             DEFINE,
@@ -83,8 +83,8 @@ def test_cuda_initialised_kernel_switches_to_spawn_and_says_so(tmp_path):
         ],
         tmp_path,
     )
-    assert "starting workers with spawn" in _text(nb.cells[2])
-    assert "spawn ['DistributedDataParallel', 'DistributedDataParallel']" in _text(nb.cells[3])
+    assert "starting workers from a warm process server" in _text(nb.cells[2])
+    assert "forkserver ['DistributedDataParallel', 'DistributedDataParallel']" in _text(nb.cells[3])
 
 
 def test_explicit_fork_on_a_cuda_kernel_is_a_clear_error(tmp_path):

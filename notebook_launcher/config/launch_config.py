@@ -7,6 +7,7 @@ workers (through the environment) before anything touches a GPU.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 from dataclasses import dataclass, field
 from typing import Any
@@ -175,9 +176,15 @@ def _section_from_dict(cls: type, data: dict[str, Any], section: str) -> Any:
 _BOOL_STRINGS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 
 
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    """A class's resolved annotations, once (resolving them is most of a config's validation time)."""
+    return typing.get_type_hints(cls)
+
+
 def _coerce_types(obj: Any, prefix: str = "") -> None:
     """Turn YAML/CLI strings into the declared field types, or raise naming the field."""
-    hints = typing.get_type_hints(type(obj))
+    hints = _type_hints(type(obj))
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         target = hints[f.name]

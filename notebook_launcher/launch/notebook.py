@@ -16,6 +16,7 @@ from .handle import RunHandle, collect_result
 from .output import CellPrinter
 from .payload import pickle_target
 from .planning import LaunchPlan
+from .pool import warm_pool
 from .result import LaunchResult
 from .supervisor import Supervisor
 from .warmup import warm_up
@@ -55,8 +56,10 @@ def _prepare(
     specs = planning.make_specs(cfg, nproc, (addr, port), payload, network_env)
     import torch.multiprocessing as mp
 
+    pool = warm_pool() if method == "forkserver" else None
     return LaunchPlan(
-        context=mp.get_context(method),
+        context=pool.ensure_server() if pool else mp.get_context(method),
+        pool=pool,
         start_method=method,
         specs=specs,
         target=target,

@@ -27,7 +27,8 @@ def pickle_target(fn: Any, args: tuple, kwargs: dict, say: Callable[[str], None]
         culprit = _find_unpicklable(_target_items(fn, args, kwargs))
         where = f" The problem is {culprit}." if culprit else ""
         raise ConfigError(
-            f"The function and its arguments must be picklable to start workers with spawn: {exc}.{where} "
+            f"The function and its arguments must be picklable to start workers without fork (spawn, or the warm "
+            f"pool's forkserver): {exc}.{where} "
             "Create such objects (open files, locks, CUDA tensors, database connections) inside the function."
         ) from exc
     if moved:

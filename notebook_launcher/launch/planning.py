@@ -32,6 +32,7 @@ class LaunchPlan:
     timeout: float | None = None
     store: Any = None  # the TCPStore this process hosts for the workers' rendezvous
     preflight: Callable[[Callable[[], bool]], None] = lambda should_stop: None  # before workers start
+    pool: Any = None  # the warm pool whose workers run a "forkserver" launch (pool.py)
 
 
 START_METHODS = ("auto", "fork", "spawn", "forkserver")
@@ -185,8 +186,9 @@ def choose_start_method(requested: str) -> tuple[str, str | None]:
         return requested, None
     if unsafe:
         return (
-            "spawn",
-            f"notebook_launch: {unsafe}; starting workers with spawn (function sent with cloudpickle).",
+            "forkserver",
+            f"notebook_launch: {unsafe}; starting workers from a warm process server instead of forking "
+            "(function sent with cloudpickle; `release_warm_pool()` ends the server).",
         )
     return "fork", None
 

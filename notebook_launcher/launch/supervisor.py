@@ -31,6 +31,7 @@ from .result import (
 )
 from .stacks import QUIET_SECONDS, StackDump
 from .stall import HangWatch, is_dump_line
+from .standby import LaunchState
 from .worker import STACK_DUMP_SIGNAL, UNSENT_ERROR_MARK
 
 GRACE_SECONDS = 3.0
@@ -70,6 +71,8 @@ class Supervisor:
         __tracebackhide__ = True  # IPython: the launcher's frames say nothing about the user's error
         self.started = time.monotonic()
         status, error, finished = "failed", None, False
+        if self.plan.pool is not None:
+            self.plan.pool.launch_begins()
         try:
             try:
                 self._start_all()
@@ -105,6 +108,8 @@ class Supervisor:
             return self.record
         finally:
             interrupted = self._shutdown()
+            if self.plan.pool is not None:
+                self.plan.pool.launch_ends(len(self.plan.specs))  # the next launch's workers, waiting
             primary = self._primary() if self.record.failures else None
             extra = {"traceback": primary.traceback or primary.output_tail} if primary else {}
             failed = primary.rank if primary else None
@@ -126,11 +131,16 @@ class Supervisor:
         self.plan.preflight(self.should_stop)  # e.g. wait until the main machine's port answers
         if self.plan.start_method == "fork":
             release_openmp_threads()
-        else:
+        elif self.plan.pool is None:
             self.helpers = HelperProcesses()
         self.hangs.give_records(self.plan.specs)
+        state = LaunchState() if self.plan.pool is not None else None
         for spec in self.plan.specs:
-            worker = start_worker(self.plan.context, spec, self.plan.target, self.workers)
+            if self.plan.pool is not None:  # a worker forked ahead, waiting (pool.py)
+                worker = Worker(spec.rank, *self.plan.pool.start_worker(spec, state))
+                self.workers.append(worker)
+            else:
+                worker = start_worker(self.plan.context, spec, self.plan.target, self.workers)
             self.selector.register(worker.out.fileno(), selectors.EVENT_READ, (worker, "stdout"))
             self.selector.register(worker.err.fileno(), selectors.EVENT_READ, (worker, "stderr"))
             self.selector.register(worker.msg.fileno(), selectors.EVENT_READ, (worker, "msg"))

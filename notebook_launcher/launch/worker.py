@@ -93,6 +93,12 @@ def run_worker(
 ):
     """Entry point of every worker process (fork and spawn alike)."""
     prepare_process(out_conn, err_conn)
+    run_prepared(spec, target, msg_conn)
+
+
+def run_prepared(spec: WorkerSpec, target: Any, msg_conn: Connection) -> None:
+    """The rest of a worker, once prepare_process() ran (here, or earlier in a warm-pool worker that
+    waited for its launch): the env contract, the user's function, the report. Never returns."""
     os.environ.update(spec.env)  # before torch loads (spawn): thread counts, visible GPUs
     from ..runtime.state import exit_without_teardown
 
