@@ -163,8 +163,6 @@ def _portable(failure: RankFailure) -> RankFailure:
 
 def _warm_up(config: LaunchConfig) -> None:
     """What every forked worker would import on its own, imported once on the node."""
-    from ..launch import notebook
+    from ..launch.warmup import warm_up
 
-    notebook._warm_up()
-    if config.distributed_type == "DEEPSPEED":
-        notebook._warm_up_deepspeed()
+    warm_up(config)

@@ -42,6 +42,9 @@ def adopt(state: LaunchState) -> None:
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         numpy.random.seed()  # numpy's global generator, from fresh entropy as at its import
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.seed()  # torch seeds its generator from fresh entropy at import, too
 
 
 def standby_worker(
