@@ -215,11 +215,24 @@ def test_a_rank_that_cannot_start_says_why_and_leaves_nothing(monkeypatch):
 
 
 @pytest.mark.slow
-def test_spawned_ranks(tmp_path):
+def test_spawned_ranks():
     with Ranks(2, quiet=True, start_method="spawn") as group:
         assert group.start_method == "spawn"
         assert group.run(COLLECTIVE) == [3.0, 3.0]
         assert group.run(lambda: __import__("os").getpid() != os.getppid()) == [True, True]
+
+
+@pytest.mark.slow
+def test_ranks_from_the_warm_pool_take_the_kernels_current_state(monkeypatch):
+    """What `auto` uses in a kernel that holds CUDA: ranks forked by the warm pool's server, which
+    was started earlier — they still see the kernel's environment as it is when they start."""
+    from notebook_launcher.launch.pool import warm_pool
+
+    warm_pool().ensure_server()
+    monkeypatch.setenv("RANKS_FLAG", "set after the server started")
+    with Ranks(2, quiet=True, start_method="forkserver") as group:
+        assert group.run(COLLECTIVE) == [3.0, 3.0]
+        assert group.run("import os\nos.environ.get('RANKS_FLAG')") == ["set after the server started"] * 2
 
 
 def test_printed_output_is_streamed_per_rank(capfd):

@@ -77,6 +77,7 @@ def test_two_warm_launches_with_different_settings_each_see_their_own(tmp_path, 
     monkeypatch.setenv("WARM_POOL_FLAG", "first")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     first = _launch("first", mixed_precision="bf16", gradient_accumulation_steps=2)
+    warm_pool().settle()  # the refill runs in the background once a launch has returned
     waiting = {w.process.pid for w in warm_pool()._waiting}
     assert len(waiting) == 2  # the next launch's workers, forked and waiting
 
@@ -117,12 +118,14 @@ def test_the_pool_is_bounded_and_released_on_request_or_when_idle(monkeypatch):
     release_warm_pool()
     fds_before = set(os.listdir("/proc/self/fd"))
     _launch("a")
+    warm_pool().settle()
     assert warm_pool().waiting == 2
     kept = _pool_processes()
     # the forkserver, its resource tracker and the 2 waiting workers (nothing per launch accumulates)
     assert 3 <= len(kept) <= 4, [" ".join(p.cmdline())[-80:] for p in kept]
     _launch("b")
     _launch("c")
+    warm_pool().settle()
     assert warm_pool().waiting == 2 and len(_pool_processes()) == len(kept)
     release_warm_pool()
     _wait_no_pool()

@@ -26,6 +26,7 @@ from typing import Any
 
 from ..launch.events import MetricLogged, OutputLine
 from ..launch.forksafety import HelperProcesses, release_openmp_threads
+from ..launch.standby import LaunchState
 from . import protocol
 from .rank_process import serve_rank
 
@@ -102,8 +103,11 @@ class RankGroup:
         ctx = self.plan.context
         if self.plan.start_method == "fork":
             release_openmp_threads()
-        else:
+        elif self.plan.pool is None:
             self.helpers = HelperProcesses()
+        else:
+            self.plan.pool.launch_begins()  # the ranks are the server's children: keep it while they live
+        state = LaunchState() if self.plan.pool is not None else None
         for spec in self.plan.specs:
             ends: list[Connection] = []
             try:
@@ -114,7 +118,7 @@ class RankGroup:
                 out_r, out_w, err_r, err_w, msg_r, msg_w = ends[:6]
                 process = ctx.Process(
                     target=serve_rank,
-                    args=(spec, out_w, err_w, msg_w, cmd_r),
+                    args=(spec, out_w, err_w, msg_w, cmd_r, state),
                     name=f"notebook_launcher-ranks{spec.rank}",
                     daemon=False,
                 )
@@ -335,6 +339,8 @@ class RankGroup:
         self.plan.store = None  # closes the rendezvous port
         if self.helpers is not None:
             self.helpers.stop_new()
+        if self.plan.pool is not None:
+            self.plan.pool.launch_ends(0)
 
 
 def _signal(rank: RankProcess, signum: int) -> None:

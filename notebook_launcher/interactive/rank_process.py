@@ -35,12 +35,23 @@ class Replies(WorkerChannel):
 
 
 def serve_rank(
-    spec: Any, out_conn: Connection, err_conn: Connection, msg_conn: Connection, cmd_conn: Connection
+    spec: Any,
+    out_conn: Connection,
+    err_conn: Connection,
+    msg_conn: Connection,
+    cmd_conn: Connection,
+    state: Any = None,
 ) -> None:
-    """Entry point of every rank process (fork, spawn and forkserver alike); never returns."""
+    """Entry point of every rank process (fork, spawn and forkserver alike); never returns.
+
+    `state` (a standby.LaunchState) comes with ranks forked by the warm pool's server, which was
+    started earlier: the kernel's env, cwd and sys.path as they are now, and fresh generators."""
+    from ..launch.standby import adopt
     from ..launch.worker import prepare_process
 
     prepare_process(out_conn, err_conn)
+    if state is not None:
+        adopt(state)
     os.environ.update(spec.env)
     replies = Replies(msg_conn)
     code = 0

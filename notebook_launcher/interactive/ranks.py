@@ -20,6 +20,7 @@ from ..launch import planning
 from ..launch.channel import load_pickled
 from ..launch.output import CellPrinter
 from ..launch.planning import LaunchPlan
+from ..launch.pool import warm_pool
 from . import protocol
 from .group import RankGroup, describe_exit
 from .outcome import CellInterrupted, RankError, RanksBroken, RanksError, failure_from_reply
@@ -245,8 +246,10 @@ def plan_group(
     specs = planning.make_specs(cfg, nproc, (addr, port), None)
     import torch.multiprocessing as mp
 
+    pool = warm_pool() if method == "forkserver" else None
     return LaunchPlan(
-        context=mp.get_context(method),
+        context=pool.ensure_server() if pool else mp.get_context(method),
+        pool=pool,
         start_method=method,
         specs=specs,
         target=None,

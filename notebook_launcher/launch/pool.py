@@ -58,10 +58,12 @@ class WarmPool:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._waiting: list[Waiting] = []
-        self._active = (
-            0  # launches in progress: never release under them (their workers are the server's children)
-        )
+        # launches (and rank groups) in progress: never release under them, their workers are the
+        # server's children and would die with it
+        self._active = 0
+        self._generation = 0  # bumped by release(): a refill scheduled before it forks nothing
         self._timer: threading.Timer | None = None
+        self._refilling: threading.Thread | None = None
         self._owned_helpers: list[Any] = []
         self.context: Any = None
 
@@ -87,6 +89,7 @@ class WarmPool:
 
     # --------------------------------------------------------------- launches
     def launch_begins(self) -> None:
+        self.settle()  # a refill still forking the waiting workers: this launch takes them
         with self._lock:
             self._active += 1
             self._cancel_timer()
@@ -108,15 +111,23 @@ class WarmPool:
         return worker.process, worker.out, worker.err, worker.msg
 
     def launch_ends(self, size: int) -> None:
-        """Fork the next launch's workers now (they wait, ready), and arm the idle release."""
+        """Fork the next launch's workers (they wait, ready) in the background, so the launch returns
+        without waiting for them; arm the idle release."""
         with self._lock:
             self._active -= 1
-            try:
-                while len(self._waiting) < min(size, MAX_WAITING):
-                    self._waiting.append(self._fork_one())
-            except Exception:  # noqa: BLE001 - the next launch forks its own; never fail this one
-                pass
             self._arm_timer()
+            if size:
+                generation = self._generation
+                self._refilling = threading.Thread(target=self._refill, args=(size, generation), daemon=True)
+                self._refilling.start()
+
+    def _refill(self, size: int, generation: int) -> None:
+        with self._lock:  # the next launch's start_worker waits for this: it gets these workers
+            try:
+                while generation == self._generation and len(self._waiting) < min(size, MAX_WAITING):
+                    self._waiting.append(self._fork_one())
+            except Exception:  # noqa: BLE001 - the next launch forks its own workers
+                pass
 
     def _fork_one(self) -> Waiting:
         from .standby import standby_worker
@@ -149,6 +160,7 @@ class WarmPool:
             self._cancel_timer()
             if self._active:
                 return  # a launch is using the server's workers; the idle timer comes back later
+            self._generation += 1
             waiting, self._waiting = self._waiting, []
             for worker in waiting:
                 _discard(worker)
@@ -158,6 +170,12 @@ class WarmPool:
                 except Exception:  # noqa: BLE001
                     pass
             self._owned_helpers = []
+
+    def settle(self) -> None:
+        """Wait until the background refill (if any) has forked the waiting workers."""
+        refilling = self._refilling
+        if refilling is not None and refilling is not threading.current_thread():
+            refilling.join()
 
     @property
     def waiting(self) -> int:
