@@ -239,11 +239,36 @@ CLI_FACTS = (
     ' "has_cuda": hw.has_cuda, "precision": PRECISION}'
 )
 
+
+# --------------------------------------------------------------------------- 09 interactive
+def check_interactive(nb) -> None:
+    got = facts(nb)
+    n, text = got["n"], all_text(nb)
+    printed = {}  # (rank, epoch) -> the loss each rank printed
+    for rank, epoch, loss in re.findall(r"^\[rank(\d+)\] epoch (\d): loss (\d\.\d{4})", text, flags=re.M):
+        printed[int(rank), int(epoch)] = float(loss)
+    assert set(printed) == {(r, e) for r in range(n) for e in (1, 2, 3)}, text
+    assert all(printed[0, e] == printed[r, e] for r in range(n) for e in (1, 2, 3))  # reduced: one loss
+    assert printed[0, 3] < printed[0, 1]  # training went on across cells, after the pushed lr
+    assert [round(v[0], 4) for v in got["pulled"]] == [printed[0, 1]] * n  # %ranks pull, by rank
+    error = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert len(error) == 1 and error[0].ename == "RankError", error  # the one tagged cell
+    assert f"--- rank {n - 1} ---" in "\n".join(error[0].traceback) and "print(undefined_name)" in "\n".join(
+        error[0].traceback
+    )
+    assert "[rank0] accuracy after 3 epochs" in text and "[rank0] rank 0 first-layer" in text
+    assert "[rank1] rank 0 first-layer" not in text  # %%ranks 0: rank 0 only
+    assert got["children"] == 0  # %ranks stop left no process
+
+
+INTERACTIVE_FACTS = '{"n": len(epoch_losses), "pulled": epoch_losses, "children": len(__import__("psutil").Process().children(recursive=True))}'
+
 CHECKS = {
     "01_quickstart.ipynb": (check_quickstart, QUICKSTART_FACTS),
     "02_mixed_precision.ipynb": (check_mixed_precision, MIXED_PRECISION_FACTS),
     "05_checkpoint_resume.ipynb": (check_checkpoint_resume, CHECKPOINT_FACTS),
     "07_cli_and_multinode.ipynb": (check_cli, CLI_FACTS),
+    "09_interactive.ipynb": (check_interactive, INTERACTIVE_FACTS),
 }
 
 
