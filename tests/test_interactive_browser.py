@@ -1,0 +1,113 @@
+"""%%ranks in a real JupyterLab 4 and a real Notebook 7, driven by headless Chromium (issue 15):
+each rank's output appears in the cell, and the cell is highlighted as Python."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+from browser_support import jupyterlab as jl
+from browser_support.lab_server import LabServer
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not Path(jl.CHROMIUM).exists(), reason=f"{jl.CHROMIUM} missing: apt-get install -y chromium"
+    ),
+]
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+CELLS = [
+    "%load_ext notebook_launcher\n%ranks start 2",
+    "%%ranks\nimport torch.distributed as dist\nfor step in range(3):\n    print(f'step {step} on rank {dist.get_rank()}')",
+    "%ranks stop",
+]
+
+# The colour CodeMirror gives each token of cell `index`'s editor: Python highlighting colours
+# keywords (for, import) differently from names (step, dist).
+TOKEN_COLOURS = r"""(index) => {
+  const cell = window.jupyterapp.shell.currentWidget.content.widgets[index];
+  const colours = {};
+  cell.node.querySelectorAll('.cm-content .cm-line span').forEach((span) => {
+    colours[span.textContent.trim()] = getComputedStyle(span).color;
+  });
+  colours['(line)'] = getComputedStyle(cell.node.querySelector('.cm-content .cm-line')).color;
+  return colours;
+}"""
+
+OUTPUT_TEXT = r"""(index) => {
+  const cell = window.jupyterapp.shell.currentWidget.content.widgets[index];
+  return cell.outputArea.node.innerText;
+}"""
+
+
+@pytest.fixture(scope="module")
+def scratch():
+    with tempfile.TemporaryDirectory(prefix="nl-ranks-browser-") as path:
+        yield Path(path)
+
+
+@pytest.fixture(scope="module")
+def notebook_dir(scratch):
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    root = scratch / "lab-root"
+    root.mkdir()
+    nb = new_notebook(cells=[new_code_cell(code) for code in CELLS])
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3 (ipykernel)",
+        "language": "python",
+    }
+    nbformat.write(nb, root / "ranks.ipynb")
+    return root
+
+
+@pytest.fixture(scope="module", params=["lab", "notebook"], ids=["jupyterlab4", "notebook7"])
+def lab(notebook_dir, scratch, request):
+    if request.param == "notebook":
+        pytest.importorskip("notebook", minversion="7")
+    with LabServer(notebook_dir, scratch / f"{request.param}-server", app=request.param) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def playwright():
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    with playwright_api.sync_playwright() as running:
+        yield running
+
+
+def test_a_ranks_cell_shows_every_ranks_output_and_is_highlighted_as_python(
+    playwright, lab, scratch, request
+):
+    browser = jl.launch_browser(playwright, str(scratch / f"chromium-{request.node.name}"))
+    try:
+        page = browser.new_page()
+        page.set_default_timeout(60_000)
+        jl.open_notebook(page, lab, "ranks.ipynb")
+        assert jl.run_all_cells(page) is True, jl.error_outputs(page)
+        jl.wait_kernel_idle(page)
+        assert jl.error_outputs(page) == []
+        shown = page.evaluate(OUTPUT_TEXT, 1)
+        for rank in (0, 1):
+            lines = [f"[rank{rank}] step {step} on rank {rank}" for step in range(3)]
+            assert all(line in shown for line in lines), shown
+            assert [
+                line for line in shown.splitlines() if line.startswith(f"[rank{rank}]")
+            ] == lines  # in order
+        assert "rank 1: idle" in page.evaluate(OUTPUT_TEXT, 0)
+        assert "ranks: stopped" in page.evaluate(OUTPUT_TEXT, 2)
+        colours = page.evaluate(TOKEN_COLOURS, 1)
+        plain = colours["(line)"]
+        assert colours.get("for", plain) != plain and colours.get("import", plain) != plain, colours
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"{request.node.name}-ranks.png"))
+        page.close()
+    finally:
+        browser.close()
+        lab.delete_sessions()
