@@ -57,6 +57,7 @@ _LAZY = {
     "set_seed": "notebook_launcher.runtime",
     "notebook_launch": "notebook_launcher.launch",
     "start_launch": "notebook_launcher.launch",
+    "release_warm_pool": "notebook_launcher.launch",
     "RunHandle": "notebook_launcher.launch",
     "LaunchResult": "notebook_launcher.launch",
     "WorkerError": "notebook_launcher.launch",

@@ -104,6 +104,19 @@ def test_only_the_public_face_and_interactive_import_widgets():
     assert bad == []
 
 
+def test_interactive_needs_ipython_only_for_its_magics():
+    """The rank side of %%ranks runs in worker processes: no IPython there, no runtime at import."""
+    bad = [
+        v
+        for v in _violations("interactive", ("IPython",))
+        if not v.startswith("notebook_launcher/interactive/magic.py ")
+    ]
+    bad += _violations(
+        "interactive", ("notebook_launcher.runtime", "notebook_launcher.widgets"), module_level_only=True
+    )
+    assert bad == []
+
+
 def test_widgets_are_imported_lazily_by_the_launcher():
     assert _violations("launch", ("notebook_launcher.widgets", "ipywidgets"), module_level_only=True) == []
 

@@ -64,7 +64,7 @@ class Ranks:
         """Start the ranks (done by the constructor; again after stop())."""
         if self._group is not None:
             raise RanksError("The ranks are already running; stop() or restart() them first.")
-        plan = plan_group(say=(lambda _m: None) if self._quiet else print, **self._options)
+        plan = plan_group(say=(lambda _m: None) if self._quiet else _say, **self._options)
         observers = [] if self._quiet else [CellPrinter(self._show_ranks)]
         group = RankGroup(plan, observers)
         group.start()
@@ -257,6 +257,11 @@ def plan_group(
         config=cfg,
         store=store,
     )
+
+
+def _say(message: str) -> None:
+    """The launcher's planning notes, named after what the user called."""
+    print(message.replace("notebook_launch:", "ranks:", 1))
 
 
 def _cell_name() -> str:

@@ -10,6 +10,7 @@ widgets, clusters and interactive. Never by runtime or cli. Widgets only lazily,
 
 from .handle import RunHandle
 from .notebook import notebook_launch, start_launch
+from .pool import release_warm_pool
 from .result import LaunchResult, LaunchStopped, LaunchTimeout, WorkerError
 
 __all__ = [
@@ -19,5 +20,6 @@ __all__ = [
     "RunHandle",
     "WorkerError",
     "notebook_launch",
+    "release_warm_pool",
     "start_launch",
 ]
