@@ -133,6 +133,26 @@ def test_the_stop_button_interrupts_the_cell_on_every_rank(ranks, tmp_path):
     assert ranks.run(COLLECTIVE) == [3.0, 3.0]  # the workers survived and the next cell runs
 
 
+def test_the_stop_button_while_a_big_push_is_being_written_leaves_the_pipes_intact(ranks, monkeypatch):
+    """Ctrl-C in the middle of writing a command would leave half a message in a rank's pipe; it is
+    taken once the command is written, and the ranks stay usable."""
+    from notebook_launcher.interactive import group as group_module
+
+    encode = group_module.protocol.encode
+
+    def encode_then_press_stop(*parts):
+        blob = encode(*parts)
+        threading.Timer(0.001, os.kill, (os.getpid(), signal.SIGINT)).start()  # during the write
+        return blob
+
+    monkeypatch.setattr(group_module.protocol, "encode", encode_then_press_stop)
+    with pytest.raises(KeyboardInterrupt):
+        ranks.push(big=b"x" * (64 << 20))  # 64 MB: the pipe takes it in many writes
+    monkeypatch.setattr(group_module.protocol, "encode", encode)
+    assert ranks.run("len(big)") == [64 << 20] * 2
+    assert ranks.run(COLLECTIVE) == [3.0, 3.0]
+
+
 @pytest.mark.slow
 def test_a_collective_on_some_ranks_is_stuck_until_interrupted_then_restart(tmp_path):
     """The documented rule: a collective in a cell run on some ranks waits for the others forever;

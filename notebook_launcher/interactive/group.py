@@ -15,11 +15,13 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import selectors
 import signal
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
@@ -139,10 +141,11 @@ class RankGroup:
         self._next_id += 1
         blob = protocol.encode(command, self._next_id, payload)
         targets = [self.by_rank(r) for r in ranks]
-        for rank in targets:
-            rank.reply, rank.waiting_for, rank.status = None, self._next_id, "busy"
-            rank.cmd.send_bytes(blob)
         try:
+            with _interrupts_deferred():  # a command cut in half would garble the rank's pipe for good
+                for rank in targets:
+                    rank.reply, rank.waiting_for, rank.status = None, self._next_id, "busy"
+                    rank.cmd.send_bytes(blob)
             self._wait(targets, until=lambda r: r.reply is not None)
         except KeyboardInterrupt:
             self._interrupt(targets)
@@ -195,8 +198,8 @@ class RankGroup:
         if ranks and self.broken is None:
             which = ", ".join(str(r.rank) for r in ranks)
             self.broken = (
-                f"rank {which} {why}: it is blocked inside a torch.distributed call (a collective waits for "
-                "every rank of the group, and Python cannot interrupt that wait)"
+                f"rank {which} {why}: most likely it is blocked inside a torch.distributed call (a collective "
+                "waits for every rank of the group, and Python cannot interrupt that wait)"
             )
 
     # ------------------------------------------------------------------- pipes
@@ -341,6 +344,26 @@ class RankGroup:
             self.helpers.stop_new()
         if self.plan.pool is not None:
             self.plan.pool.launch_ends(0)
+
+
+@contextlib.contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Ctrl-C / the stop button while commands are being written: raise it once they are written.
+
+    (Masking the signal would not do: any thread of the kernel can take it, and Python still runs
+    the handler in this one.) The previous handler is back when the block ends.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread receives KeyboardInterrupt
+        return
+    pressed: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if pressed:
+        raise KeyboardInterrupt
 
 
 def _signal(rank: RankProcess, signum: int) -> None:
