@@ -143,10 +143,12 @@ SCRIPT = textwrap.dedent(
     import os, sys, time
     import psutil
     from notebook_launcher import notebook_launch
+    from notebook_launcher.launch.pool import warm_pool
     def pid():
         return os.getpid()
     if __name__ == "__main__":
         notebook_launch(pid, num_processes=2, start_method="forkserver", quiet=True)
+        warm_pool().settle()  # the next launch's workers are forked in the background
         print("POOL", " ".join(str(p.pid) for p in psutil.Process().children(recursive=True)), flush=True)
         if sys.argv[1] == "hang":
             time.sleep(600)
