@@ -14,9 +14,7 @@
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import os
 import selectors
 import signal
 import threading
@@ -26,8 +24,11 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ..launch.events import MetricLogged, OutputLine
+from ..launch import channel
 from ..launch.forksafety import HelperProcesses, release_openmp_threads
+from ..launch.inbox import Inbox
+from ..launch.processes import Worker, kill_and_reap, signal_group, signal_process
+from ..launch.result import RunRecord
 from ..launch.standby import LaunchState
 from . import protocol
 from .rank_process import serve_rank
@@ -35,22 +36,16 @@ from .rank_process import serve_rank
 GRACE_SECONDS = 3.0  # for a rank to answer an interrupt, or to exit when stopped
 POLL_SECONDS = 0.05
 RESEND_SIGINT_SECONDS = 0.5  # a SIGINT that landed between commands was ignored: send it again
-TAIL_LINES = 20
+TAIL_LINES = 20  # of a dead rank's output, shown when it broke the group
 
 
 @dataclass
-class RankProcess:
-    """One rank: its process, its pipes, and what the kernel knows about it."""
+class RankProcess(Worker):
+    """One rank: a launch's Worker (process, output and message pipes, what was read) plus the
+    command pipe and what the kernel knows about the rank between commands."""
 
-    rank: int
-    process: Any
-    out: Connection
-    err: Connection
-    msg: Connection
-    cmd: Connection
-    partial: dict[str, bytes] = field(default_factory=lambda: {"stdout": b"", "stderr": b""})
-    lines: collections.deque = field(default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
-    status: str = "starting"  # starting, idle, busy, stuck, dead
+    cmd: Connection | None = None
+    status: str = "starting"  # starting, idle, busy, stuck, failed, dead
     info: dict[str, Any] = field(default_factory=dict)  # pid, device, backend (from READY)
     waiting_for: int | None = None  # the command id this rank owes an answer to
     reply: dict[str, Any] | None = None
@@ -59,6 +54,34 @@ class RankProcess:
     @property
     def alive(self) -> bool:
         return self.status != "dead"
+
+    def tail(self) -> str:
+        return "\n".join(list(self.lines)[-TAIL_LINES:])
+
+
+class _RankInbox(Inbox):
+    """The launch's Inbox (output lines, metrics) plus the ranks' own messages: READY and REPLY."""
+
+    def read_message(self, worker: Worker) -> bool:
+        try:
+            kind, payload = channel.decode(worker.msg.recv_bytes())
+        except (EOFError, OSError):
+            return False
+        rank = worker
+        assert isinstance(rank, RankProcess)
+        if kind == protocol.READY:
+            rank.info, rank.status, rank.waiting_for = payload, "idle", None
+        elif kind == protocol.REPLY:
+            if payload["id"] == rank.waiting_for:
+                rank.reply, rank.waiting_for = payload, None
+                rank.status = "idle" if payload["id"] != -1 else "failed"
+            elif rank.status == "stuck":
+                rank.status = "idle"  # a late answer: the rank is free again (the group stays broken)
+        elif kind == channel.METRIC:
+            self._take_metric(rank, payload)
+        elif kind == channel.STARTED:
+            rank.started = True
+        return True
 
 
 class RankGroup:
@@ -71,7 +94,8 @@ class RankGroup:
         self.selector = selectors.DefaultSelector()
         self.helpers: HelperProcesses | None = None
         self.broken: str | None = None  # why cells cannot run any more (None: usable)
-        self.metrics: list[dict[str, Any]] = []
+        self.record = RunRecord()  # its metrics: one row per accelerator.log() in any rank
+        self.inbox = _RankInbox(self.record, self._emit, lambda: None, lambda rank: False)
         self.started_at = time.time()
         self._next_id = 0
         self._closed = False
@@ -98,7 +122,7 @@ class RankGroup:
         from .outcome import RanksStartError
 
         error = (rank.reply or {}).get("error")
-        text = error["traceback"] if error else "\n".join(rank.lines)
+        text = error["traceback"] if error else rank.tail()
         return RanksStartError(rank.rank, rank.exitcode, text)
 
     def _spawn_all(self) -> None:
@@ -124,7 +148,7 @@ class RankGroup:
                     name=f"notebook_launcher-ranks{spec.rank}",
                     daemon=False,
                 )
-                rank = RankProcess(spec.rank, process, out_r, err_r, msg_r, cmd_w)
+                rank = RankProcess(spec.rank, process, out_r, err_r, msg_r, cmd=cmd_w)
                 self.ranks.append(rank)
                 ends = [out_w, err_w, msg_w, cmd_r]  # the rest belongs to the rank now
                 process.start()
@@ -174,7 +198,7 @@ class RankGroup:
         began = last_signal = time.monotonic()
         busy = [r for r in targets if r.status == "busy"]
         for rank in busy:
-            _signal(rank, signal.SIGINT)
+            signal_process(rank, signal.SIGINT)
         try:
             while True:
                 busy = [r for r in busy if r.status == "busy"]
@@ -185,7 +209,7 @@ class RankGroup:
                     break
                 if now - last_signal > RESEND_SIGINT_SECONDS:
                     for rank in busy:
-                        _signal(rank, signal.SIGINT)
+                        signal_process(rank, signal.SIGINT)
                     last_signal = now
                 self.pump(POLL_SECONDS)
         except KeyboardInterrupt:
@@ -208,80 +232,21 @@ class RankGroup:
         for key, _ in self.selector.select(timeout):
             rank, what = key.data
             if what == "msg":
-                self._read_message(rank, key.fd)
+                if not self.inbox.read_message(rank):
+                    self._unregister(key.fd)
             elif what == "exit":
                 self._on_exit(rank, key.fd)
-            else:
-                self._read_output(rank, what, key.fd)
-
-    def _read_output(self, rank: RankProcess, stream: str, fd: int) -> None:
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:
-            chunk = b""
-        if not chunk:
-            self._unregister(fd)
-            self._emit_lines(rank, stream, rank.partial[stream], final=True)
-            rank.partial[stream] = b""
-            return
-        rank.partial[stream] = self._emit_lines(rank, stream, rank.partial[stream] + chunk)
-
-    def _emit_lines(self, rank: RankProcess, stream: str, data: bytes, final: bool = False) -> bytes:
-        *complete, rest = data.split(b"\n")
-        if final and rest:
-            complete, rest = [*complete, rest], b""
-        for raw in complete:
-            text = raw.decode("utf-8", errors="replace")
-            rank.lines.append(text)
-            self._emit(OutputLine(rank.rank, stream, text))  # type: ignore[arg-type]
-        return rest
-
-    def _read_message(self, rank: RankProcess, fd: int) -> bool:
-        """Handle one message; False once the pipe is closed."""
-        try:
-            kind, payload = protocol.decode(rank.msg.recv_bytes())
-        except (EOFError, OSError):
-            self._unregister(fd)
-            return False
-        if kind == protocol.READY:
-            rank.info, rank.status, rank.waiting_for = payload, "idle", None
-        elif kind == protocol.REPLY:
-            if payload["id"] == rank.waiting_for:
-                rank.reply, rank.waiting_for = payload, None
-                rank.status = "idle" if payload["id"] != -1 else "failed"
-            elif rank.status == "stuck":
-                rank.status = "idle"  # a late answer: the rank is free again (the group stays broken)
-        elif kind == "metric":
-            row = {"rank": rank.rank, "step": payload.get("step"), "time": payload["time"]}
-            self.metrics.append({**row, **payload["values"]})
-            self._emit(MetricLogged(rank.rank, payload.get("step"), dict(payload["values"]), payload["time"]))
-        return True
+            elif not self.inbox.read_output(rank, what):
+                self._unregister(key.fd)
 
     def _on_exit(self, rank: RankProcess, fd: int) -> None:
         self._unregister(fd)
         rank.process.join(5)
-        self._drain(rank)
-        rank.exitcode = rank.process.exitcode
-        rank.status = "dead"
+        self.inbox.drain(rank)
+        rank.exited, rank.status, rank.exitcode = True, "dead", rank.process.exitcode
+        signal_group(rank, signal.SIGKILL)  # what it started (DataLoader workers, subprocesses) ends too
         if self.broken is None and not self._closed:
             self.broken = f"rank {rank.rank} exited ({describe_exit(rank.exitcode)})"
-
-    def _drain(self, rank: RankProcess) -> None:
-        """Read what an exited rank left in its pipes (without waiting for anything it started)."""
-        for stream, conn in (("stdout", rank.out), ("stderr", rank.err)):
-            while not conn.closed and conn.poll(0):
-                try:
-                    chunk = os.read(conn.fileno(), 65536)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                rank.partial[stream] = self._emit_lines(rank, stream, rank.partial[stream] + chunk)
-            self._emit_lines(rank, stream, rank.partial[stream], final=True)
-            rank.partial[stream] = b""
-        while not rank.msg.closed and rank.msg.poll(0):
-            if not self._read_message(rank, rank.msg.fileno()):
-                break
 
     def _unregister(self, fd: int) -> None:
         try:
@@ -315,29 +280,24 @@ class RankGroup:
 
     def _ask_to_exit(self) -> None:
         for rank in self.ranks:
-            if rank.alive and rank.status == "idle" and rank.process._popen is not None:
+            if not (rank.alive and rank.launched):
+                continue
+            if rank.status == "idle":
                 try:
                     rank.cmd.send_bytes(protocol.encode(protocol.EXIT, 0, None))
                 except OSError:
                     pass
-            elif rank.alive and rank.process._popen is not None:
-                _signal(rank, signal.SIGTERM)
+            else:
+                signal_group(rank, signal.SIGTERM)
         deadline = time.monotonic() + GRACE_SECONDS
-        while any(r.alive and r.process._popen is not None for r in self.ranks):
-            if time.monotonic() > deadline:
-                return
+        while any(r.alive and r.launched for r in self.ranks) and time.monotonic() < deadline:
             self.pump(POLL_SECONDS)
 
     def _end_everything(self) -> None:
         for rank in self.ranks:
-            if rank.process._popen is not None and rank.process.exitcode is None:
-                _signal(rank, signal.SIGKILL)
-                rank.process.join(5)
-            if rank.process._popen is not None and rank.process.exitcode is not None:
-                rank.process.close()
+            kill_and_reap(rank)  # the rank's process group, reaped within a bound; its pipes closed
             rank.status = "dead"
-            for conn in (rank.out, rank.err, rank.msg, rank.cmd):
-                conn.close()
+            rank.cmd.close()
         self.selector.close()
         self.plan.store = None  # closes the rendezvous port
         if self.helpers is not None:
@@ -364,14 +324,6 @@ def _interrupts_deferred() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
     if pressed:
         raise KeyboardInterrupt
-
-
-def _signal(rank: RankProcess, signum: int) -> None:
-    try:
-        if rank.process.pid is not None:
-            os.kill(rank.process.pid, signum)
-    except (ProcessLookupError, OSError, ValueError):
-        pass
 
 
 def describe_exit(code: int | None) -> str:

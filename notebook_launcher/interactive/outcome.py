@@ -99,18 +99,14 @@ class CellInterrupted(KeyboardInterrupt):
 
 def failure_from_reply(rank: int, error: dict[str, Any]) -> RankFailure:
     """A RankFailure (the launch's record of one rank's error) from a rank's REPLY."""
-    from ..launch.channel import load_pickled
+    from ..launch.channel import rebuild_exception
 
-    try:
-        exception = load_pickled(error.get("pickled"))
-    except Exception:  # noqa: BLE001 - the traceback text still tells the story
-        exception = None
     return RankFailure(
         rank=rank,
         exc_type=error["exc_type"],
         message=error["message"],
         traceback=error["traceback"],
         time=error["time"],
-        exception=exception,
+        exception=rebuild_exception(error),  # None: the traceback text still tells the story
         secondary=error.get("secondary", False),
     )

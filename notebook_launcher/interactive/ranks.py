@@ -113,7 +113,7 @@ class Ranks:
     @property
     def metrics(self) -> list[dict[str, Any]]:
         """One row per accelerator.log() call in any rank, as in LaunchResult.metrics."""
-        return self._live().metrics
+        return self._live().record.metrics
 
     # ------------------------------------------------------------------- work
     def run(
@@ -272,7 +272,7 @@ def _cell_name() -> str:
 
 def _outputs(group: RankGroup, failures: Mapping[int, Any] | None = None) -> dict[int, str]:
     """What to show for a broken group: a dead rank's last output, a failing rank's traceback."""
-    shown = {r.rank: "\n".join(r.lines) for r in group.ranks if not r.alive}
+    shown = {r.rank: r.tail() for r in group.ranks if not r.alive}
     for rank, failure in (failures or {}).items():
         shown.setdefault(rank, failure.traceback or "")
     return shown
