@@ -171,6 +171,8 @@ def choose_start_method(requested: str) -> tuple[str, str | None]:
         raise ConfigError(
             f"start_method={requested!r} is not valid; choose one of {', '.join(START_METHODS)}."
         )
+    if requested in ("spawn", "forkserver"):
+        return requested, None  # no fork of this process: its CUDA state does not matter
     from ..hardware import cuda_fork_hazard
 
     unsafe = cuda_fork_hazard()
@@ -182,7 +184,7 @@ def choose_start_method(requested: str) -> tuple[str, str | None]:
             "GPU. Use start_method='auto' (or 'spawn'): the function is then sent to fresh processes with "
             "cloudpickle, no kernel restart needed."
         )
-    if requested != "auto":
+    if requested == "fork":
         return requested, None
     if unsafe:
         return (

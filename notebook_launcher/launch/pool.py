@@ -64,6 +64,7 @@ class WarmPool:
         self._generation = 0  # bumped by release(): a refill scheduled before it forks nothing
         self._timer: threading.Timer | None = None
         self._refilling: threading.Thread | None = None
+        self._exiting: list[Any] = []  # workers of the last launch, done and exiting: reaped here
         self._owned_helpers: list[Any] = []
         self.context: Any = None
 
@@ -116,13 +117,24 @@ class WarmPool:
         with self._lock:
             self._active -= 1
             self._arm_timer()
-            if size:
+            if size or self._exiting:
                 generation = self._generation
                 self._refilling = threading.Thread(target=self._refill, args=(size, generation), daemon=True)
                 self._refilling.start()
 
+    def reap_later(self, worker: Any) -> None:
+        """A launch's worker that sent everything and is exiting: reaped after the launch returns."""
+        with self._lock:
+            self._exiting.append(worker)
+
+    def _reap_exiting(self) -> None:
+        exiting, self._exiting = self._exiting, []
+        for worker in exiting:
+            _reap(worker)
+
     def _refill(self, size: int, generation: int) -> None:
         with self._lock:  # the next launch's start_worker waits for this: it gets these workers
+            self._reap_exiting()
             try:
                 while generation == self._generation and len(self._waiting) < min(size, MAX_WAITING):
                     self._waiting.append(self._fork_one())
@@ -161,6 +173,7 @@ class WarmPool:
             if self._active:
                 return  # a launch is using the server's workers; the idle timer comes back later
             self._generation += 1
+            self._reap_exiting()
             waiting, self._waiting = self._waiting, []
             for worker in waiting:
                 _discard(worker)
@@ -217,6 +230,18 @@ def _discard(worker: Waiting) -> None:
     except (OSError, ValueError):
         pass
     for conn in (worker.out, worker.err, worker.msg, worker.assign):
+        conn.close()
+
+
+def _reap(worker: Any) -> None:
+    """End a finished launch worker and what it started (its process group), close its pipes."""
+    from .processes import REAP_SECONDS, signal_group
+
+    signal_group(worker, signal.SIGKILL)  # it is only tearing itself down by now
+    worker.process.join(REAP_SECONDS)
+    if worker.process.exitcode is not None:
+        worker.process.close()
+    for conn in (worker.out, worker.err, worker.msg):
         conn.close()
 
 

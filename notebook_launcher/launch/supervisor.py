@@ -224,8 +224,25 @@ class Supervisor:
             if not self.inbox.read_message(worker):
                 self._unregister(fd)
                 worker.msg.close()
+                if self.plan.pool is not None and worker.reported:
+                    self._hand_back(worker)
         else:
             self._on_exit(worker, fd)
+
+    def _hand_back(self, worker: Worker) -> None:
+        """A warm-pool worker that reported and closed its message pipe has nothing left to say: read
+        what it wrote before, and let the pool reap it while it exits (tearing down a process that
+        has torch loaded takes tens of milliseconds; the launch need not wait for it)."""
+        self.inbox.drain(worker)
+        for conn in (worker.out, worker.err):
+            if not conn.closed:
+                self._unregister(conn.fileno())
+        self._unregister(worker.process.sentinel)
+        worker.exited = True
+        failed = any(f.rank == worker.rank for f in self.record.failures)
+        self.record.exitcodes[worker.rank] = 1 if failed else 0  # what the worker exits with
+        worker.closed = True  # the pool's now: this launch's shutdown leaves it alone
+        self.plan.pool.reap_later(worker)
 
     def _on_exit(self, worker: Worker, fd: int) -> None:
         self._unregister(fd)
