@@ -30,15 +30,7 @@ from typing import Any
 
 IDLE_SECONDS = 600.0
 MAX_WAITING = 16
-PRELOAD = (
-    "torch",
-    "torch.distributed",
-    "torch.nn.parallel",
-    "torch._dynamo",  # DDP's first construction imports it (~1 s)
-    "cloudpickle",
-    "notebook_launcher.runtime",
-    "notebook_launcher.launch.standby",
-)
+PRELOAD = ("notebook_launcher.launch.preload",)  # torch, our runtime, a first LaunchConfig
 
 
 @dataclass
