@@ -93,6 +93,19 @@ def test_push_and_pull_tensors_and_objects(ranks):
     assert ranks.run("ranks") == ["a name that is push()'s keyword"] * 2
 
 
+def test_gpu_tensors_are_pulled_and_pushed_on_the_cpu(ranks):
+    """tests/fake_cuda.py's tensors report cuda:0 (CPU data): pulled, they arrive as CPU tensors,
+    moved in the rank; pushed, they reach the ranks as CPU tensors, moved here."""
+    from fake_cuda import describe, fake_cuda
+
+    ranks.run("from fake_cuda import fake_cuda, describe")  # the tests folder is on the forked ranks' path
+    ranks.run("on_gpu = {'t': fake_cuda(__import__('torch').arange(3.0))}")
+    pulled = ranks.pull("on_gpu")
+    assert [describe(p["t"]) for p in pulled] == ["Tensor cpu", "Tensor cpu"]
+    ranks.push(sent=fake_cuda(torch.ones(2)))
+    assert ranks.run("describe(sent)") == ["Tensor cpu", "Tensor cpu"]
+
+
 def test_an_error_on_one_rank_shows_its_traceback_and_the_ranks_stay_usable(ranks):
     with pytest.raises(RankError) as caught:
         ranks.run(
