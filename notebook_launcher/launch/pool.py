@@ -7,12 +7,16 @@ runtime preloaded, and keeps a few workers already forked from it, waiting (stan
 hands each of them its spec and the kernel's current state, and they run it as any worker does.
 
 - Workers are used once: each runs one launch and exits, so nothing a launch did leaks into the
-  next. What a standby worker took from the moment it was forked — environment, working
+  next. What a waiting worker took from the moment it was forked — environment, working
   directory, sys.path, random generators — is replaced by the launch's (standby.LaunchState);
   config, threads and the env contract travel in its spec, as in every launch.
+- A worker that has sent its result and closed its message pipe has nothing left to say: the
+  launch returns, and the pool reaps it (and anything it started) while it exits — tearing down
+  a process with torch loaded takes tens of milliseconds, which the caller does not wait for.
 - What stays alive between launches, deliberately: one forkserver, its resource tracker, and at
-  most as many waiting workers as the largest recent launch had (MAX_WAITING at most). They hold
-  no GPU and no port (each launch hosts its own rendezvous store).
+  most as many waiting workers as the largest recent launch had (MAX_WAITING at most), plus the
+  last launch's workers until they are reaped. They hold no GPU and no port (each launch hosts
+  its own rendezvous store).
 - Released by `release_warm_pool()`, after IDLE_SECONDS without a launch, and at interpreter exit
   (kernel shutdown). If the kernel is killed, the forkserver sees its pipe close and exits, and
   the waiting workers die with it (they ask Linux for that, as every worker does).
