@@ -16,6 +16,7 @@ DUMP_HEADER = "(most recent call first):"  # faulthandler's first line for each 
 QUIET_SECONDS = 0.1  # faulthandler writes a dump in one go; this long without output means it is done
 MAX_WAIT_SECONDS = 1.0
 _WORKER_FILE = _worker_module.__file__
+_ENTRY_FRAMES = ("run_prepared", "run_worker")
 
 
 class StackDump:
@@ -57,14 +58,15 @@ def readable(dump: str) -> str:
 
 
 def without_launcher_frames(dump: str) -> str:
-    """Cut each thread's stack at the worker's entry frame: what lies below it is the launcher's
-    start-up (under fork, the whole kernel's stack, inherited), never the user's code."""
+    """Cut each thread's stack at the worker's frame that calls the user's function (run_prepared,
+    or run_worker before it got there): what lies below it is the launcher's start-up (under fork,
+    the whole kernel's stack, inherited; in a warm-pool worker, the pool's), never the user's code."""
     out, skipping = [], False
     for line in dump.splitlines():
         match = _FRAME.match(line)
         if match is None:
             skipping = False  # a thread header, a blank line or other output
-        elif match["file"] == _WORKER_FILE and match["func"] == "run_worker":
+        elif match["file"] == _WORKER_FILE and match["func"] in _ENTRY_FRAMES:
             skipping = True
         if not skipping:
             out.append(line)
