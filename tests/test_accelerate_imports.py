@@ -140,8 +140,8 @@ def test_accelerates_notebook_launcher_runs_on_our_launcher():
     assert again[1]["rank"] == 21 and again[1]["precision"] == "no"
     with pytest.raises(ConfigError, match="rdzv_backend='etcd'"):
         notebook_launcher(_ranks_and_precision, args=(0,), num_processes=2, rdzv_backend="etcd")
-    with pytest.raises(ConfigError, match="does not restart failed workers"):
-        notebook_launcher(_ranks_and_precision, args=(0,), num_processes=2, max_restarts=2)
+    restartable = notebook_launcher(_ranks_and_precision, args=(0,), num_processes=2, max_restarts=2)
+    assert restartable.restarts == 0 and restartable[1]["rank"] == 1
 
 
 def test_debug_launcher_runs_on_cpu():

@@ -63,8 +63,10 @@ def both_ranks_fail():
     from notebook_launcher import Accelerator
 
     rank = Accelerator().process_index
-    if rank == 0:  # fails too, a moment later: ignore the launcher's SIGTERM so it gets that far
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if rank == 0:  # fails too, a moment later: ignore the launcher's stop signal so it gets that far
+        from notebook_launcher.launch.processes import STOP_SIGNAL
+
+        signal.signal(STOP_SIGNAL, signal.SIG_IGN)
         time.sleep(0.5)
         raise KeyError("rank zero's own problem")
     raise ValueError("rank one fails first")

@@ -27,7 +27,10 @@ def rank():
 @pytest.mark.parametrize(
     "setting, words",
     [
-        ({"max_restarts": 2}, "does not restart failed workers yet"),
+        (
+            {"max_restarts": 2, "num_nodes": 2, "master_addr": "127.0.0.1"},
+            "restarts the workers of one machine only",
+        ),
         ({"monitor_interval": 1.0}, "no polling interval"),
         ({"rdzv_backend": "c10d"}, "TCPStore hosted by machine 0's launcher"),
     ],

@@ -60,7 +60,26 @@ class HangReported:
     report: Any  # HangReport
 
 
-Event = RunStarted | OutputLine | MetricLogged | ProgressUpdate | HangReported | RunFinished
+@dataclass(frozen=True)
+class RunRestarting:
+    """The ranks are started again after a failure or a preemption (max_restarts)."""
+
+    attempt: int  # 1 for the first restart
+    max_restarts: int
+    reason: str  # e.g. "rank 1 was killed (SIGKILL) at step 37"
+    checkpoint: str | None  # the last checkpoint saved, which the function's load_state() finds
+
+    @property
+    def text(self) -> str:
+        resume = (
+            f"resuming from {self.checkpoint.rstrip('/').rsplit('/', 1)[-1]}"
+            if self.checkpoint
+            else ("starting over (no checkpoint saved yet)")
+        )
+        return f"restart {self.attempt}/{self.max_restarts}: {self.reason}, {resume}"
+
+
+Event = RunStarted | OutputLine | MetricLogged | ProgressUpdate | HangReported | RunFinished | RunRestarting
 
 
 class Observer(Protocol):

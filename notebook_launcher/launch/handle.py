@@ -10,14 +10,15 @@ from typing import Any
 
 from .hang_report import HangReport
 from .planning import LaunchPlan
+from .restarts import RestartingRun
 from .result import LaunchResult
-from .supervisor import Supervisor
 
 
-def collect_result(supervisor: Supervisor, plan: LaunchPlan) -> LaunchResult:
-    """The LaunchResult of a finished supervisor: every local rank's value, logs and metrics."""
+def collect_result(run: RestartingRun) -> LaunchResult:
+    """The LaunchResult of a finished run (its last attempt): every local rank's value, logs and metrics."""
+    supervisor, plan = run.supervisor, run.plan
     ranks = [spec.rank for spec in plan.specs]
-    return LaunchResult(
+    result = LaunchResult(
         [supervisor.record.values.get(rank) for rank in ranks],
         ranks=ranks,
         logs=supervisor.logs,
@@ -26,6 +27,9 @@ def collect_result(supervisor: Supervisor, plan: LaunchPlan) -> LaunchResult:
         start_method=plan.start_method,
         world_size=plan.world_size,
     )
+    result.restarts, result.failures = run.restarts, list(run.failures)
+    result.duration = time.monotonic() - run.started
+    return result
 
 
 class RunHandle:
@@ -40,12 +44,13 @@ class RunHandle:
         observers: Sequence[Callable[[Any], None]],
         poll_hooks: Sequence[Callable[[], Any]],
         runner: Callable[[Callable[[], bool]], LaunchResult] | None = None,
+        restart_on: str = "infrastructure",
     ):
         self._stop = threading.Event()
         self._runner = runner
         if runner is None:
             assert plan is not None
-            self._supervisor = Supervisor(plan, observers, poll_hooks, should_stop=self._stop.is_set)
+            self._attempts = RestartingRun(plan, observers, poll_hooks, self._stop.is_set, restart_on)
         self._plan = plan
         self._error: BaseException | None = None
         self.result: LaunchResult | None = None
@@ -57,8 +62,8 @@ class RunHandle:
             if self._runner is not None:
                 self.result = self._runner(self._stop.is_set)
                 return
-            self._supervisor.run()
-            self.result = collect_result(self._supervisor, self._plan)
+            self._attempts.run()
+            self.result = collect_result(self._attempts)
         except BaseException as exc:  # noqa: BLE001 - handed to wait()
             self._error = exc
 
@@ -71,7 +76,7 @@ class RunHandle:
             raise RuntimeError(
                 "The launch has ended; nothing is running. Its logs are in the result or error."
             )
-        return self._supervisor.hangs.ask_and_wait(timeout)
+        return self._attempts.supervisor.hangs.ask_and_wait(timeout)
 
     def stop(self) -> None:
         """Stop every worker now (like an interrupt); wait() then raises LaunchStopped."""

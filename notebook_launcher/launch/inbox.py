@@ -95,6 +95,10 @@ class Inbox:
             self._add_failure(worker, payload)
         elif kind == channel.METRIC:
             self._take_metric(worker, payload)
+        elif kind == channel.CHECKPOINT:
+            self.record.checkpoint = payload["path"]
+        elif kind == channel.PREEMPTED:
+            self.record.preempted[worker.rank] = payload.get("signal")
         elif kind == channel.PROGRESS:
             self.emit(
                 ProgressUpdate(

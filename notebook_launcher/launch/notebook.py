@@ -17,8 +17,8 @@ from .output import CellPrinter
 from .payload import pickle_target
 from .planning import LaunchPlan
 from .pool import warm_pool
+from .restarts import RestartingRun, check_restart_on
 from .result import LaunchResult
-from .supervisor import Supervisor
 from .warmup import warm_up
 
 
@@ -43,7 +43,9 @@ def _prepare(
     if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
         raise ConfigError(f"timeout={timeout!r} must be a positive number of seconds.")
     kwargs = dict(kwargs or {})
-    cfg, nproc, method = planning.resolve_processes(num_processes, config, start_method, say, overrides)
+    cfg, nproc, method = planning.resolve_processes(
+        num_processes, config, start_method, say, overrides, restarts=True
+    )
     payload = None
     target = (fn, tuple(args), kwargs)
     if method != "fork":
@@ -137,6 +139,7 @@ def notebook_launch(
     poll_hooks: Sequence[Callable[[], Any]] = (),
     in_process: bool = False,
     cluster: Any = None,
+    restart_on: str = "infrastructure",
     **config_overrides: Any,
 ) -> LaunchResult:
     """Run `fn(*args, **kwargs)` on `num_processes` worker processes of this machine and return every
@@ -165,7 +168,14 @@ def notebook_launch(
     cluster="ray" / "slurm" (or RayCluster(...) / SlurmCluster(...); default: the config's
     cluster_config) runs the ranks there instead: num_processes ranks on each of num_nodes nodes,
     with the same result, output and errors (docs/clusters.md).
+
+    max_restarts=N starts the ranks again (fresh rendezvous, accelerator.restart_count = attempt) after
+    an infrastructure fault (a rank killed, exited without an exception, lost its peers, timed out in
+    a collective) or a preemption, up to N times; restart_on="any" also after a Python exception. The
+    function resumes itself with load_state() (README: Long runs). SIGTERM / SIGUSR1 to the launcher
+    or a worker stop every rank after the same step (accelerator.preempted): LaunchPreempted.
     """
+    check_restart_on(restart_on)
     options = dict(locals())
     __tracebackhide__ = True  # IPython: the launcher's frames say nothing about the user's error
     if in_process and cluster is None:
@@ -180,9 +190,9 @@ def notebook_launch(
     if remote is not None:
         return remote.run()
     plan, watchers = _plan_and_watchers(fn, args, kwargs, options, config_overrides)
-    supervisor = Supervisor(plan, watchers, poll_hooks)
-    supervisor.run()
-    return collect_result(supervisor, plan)
+    run = RestartingRun(plan, watchers, poll_hooks, restart_on=restart_on)
+    run.run()
+    return collect_result(run)
 
 
 # Options that need worker processes, with the value that means "not asked for" and why in_process
@@ -199,6 +209,7 @@ _NOT_IN_PROCESS = {
     "view": ((False, None), "there are no workers to show"),
     "observers": (((),), "no launch events are sent"),
     "poll_hooks": (((),), "the cell is busy running the function"),
+    "restart_on": (("infrastructure",), "nothing is restarted"),
 }
 
 
@@ -273,12 +284,14 @@ def start_launch(
     observers: Sequence[Callable[[Any], None]] = (),
     poll_hooks: Sequence[Callable[[], Any]] = (),
     cluster: Any = None,
+    restart_on: str = "infrastructure",
     **config_overrides: Any,
 ) -> RunHandle:
     """Like notebook_launch, but returns at once with a RunHandle (wait(), stop(), done, result).
 
     view=True shows a live RunView whose Stop button stops this run; pass a RunView to reuse one.
     """
+    check_restart_on(restart_on)
     options = dict(locals())
     shown = _displayed_view(view)
     if shown:
@@ -289,7 +302,7 @@ def start_launch(
         handle = RunHandle(None, (), (), runner=remote.run)
     else:
         plan, watchers = _plan_and_watchers(fn, args, kwargs, options, config_overrides)
-        handle = RunHandle(plan, watchers, poll_hooks)
+        handle = RunHandle(plan, watchers, poll_hooks, restart_on=restart_on)
     if shown:
         shown.attach(handle)
     return handle

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 
-from .events import HangReported, OutputLine
+from .events import HangReported, OutputLine, RunRestarting
 
 
 class CellPrinter:
@@ -20,6 +20,10 @@ class CellPrinter:
     def __call__(self, event: object) -> None:
         if isinstance(event, HangReported) and event.report.reason == "stall":
             sys.stderr.write(event.report.text() + "\n")  # a timeout's report comes with LaunchTimeout
+            sys.stderr.flush()
+            return
+        if isinstance(event, RunRestarting):
+            sys.stderr.write(f"notebook_launch: {event.text}\n")
             sys.stderr.flush()
             return
         if not isinstance(event, OutputLine):

@@ -72,11 +72,13 @@ def resolve_processes(
     start_method: str,
     say: Callable[[str], None],
     overrides: dict[str, Any],
+    restarts: bool = False,
 ) -> tuple[LaunchConfig, int, str]:
     """(config, processes on this machine, start method) from the caller's arguments — the front half
-    of every plan, shared by notebook_launch and the %%ranks group."""
+    of every plan, shared by notebook_launch and the %%ranks group (restarts: notebook_launch's
+    restarts.py applies max_restarts)."""
     cfg = build_config(config, overrides)
-    reject_agent_only_settings(cfg)
+    reject_agent_only_settings(cfg, restarts=restarts)
     check_gpu_ids(cfg)
     nproc = count_processes(num_processes, cfg, say)
     cfg = respect_single_process(
@@ -140,9 +142,9 @@ def respect_single_process(
 
 
 # LaunchConfig fields that only torchrun's elastic agent uses: notebook_launch starts and watches its
-# workers itself, so a non-default value would be silently ignored. Restarts come with fault tolerance.
+# workers itself, so a non-default value would be silently ignored.
 _AGENT_ONLY_FIELDS = {
-    "max_restarts": (0, "notebook_launch does not restart failed workers yet"),
+    "max_restarts": (0, "this kind of launch does not restart failed workers"),
     "monitor_interval": (
         0.1,
         "notebook_launch watches its workers' pipes continuously, with no polling interval",
@@ -154,10 +156,18 @@ _AGENT_ONLY_FIELDS = {
 }
 
 
-def reject_agent_only_settings(config: LaunchConfig) -> None:
-    """Settings notebook_launch cannot apply are an error naming the alternative, never ignored."""
+def reject_agent_only_settings(config: LaunchConfig, restarts: bool = False) -> None:
+    """Settings notebook_launch cannot apply are an error naming the alternative, never ignored.
+
+    restarts=True: this launch restarts failed workers itself (launch/restarts.py), on one machine.
+    """
     for name, (default, why) in _AGENT_ONLY_FIELDS.items():
         value = getattr(config, name)
+        if name == "max_restarts" and restarts:
+            if value and config.num_machines > 1:
+                why = "notebook_launch restarts the workers of one machine only (a restart needs a new rendezvous)"
+            else:
+                continue
         if value != default:
             raise ConfigError(
                 f"{name}={value!r} cannot be applied by notebook_launch: {why}. Set {name}={default!r} (the "
@@ -292,7 +302,7 @@ def make_specs(
     cpu_world = ranks_run_on_cpu(config.runs_on_cpu)
     # The workers join the store this launcher hosts, as torchrun's workers join their agent's. torch
     # 2.4 (checked; 2.6 no longer) builds the store's key prefix from TORCHELASTIC_RESTART_COUNT and
-    # fails without it (KeyError); a launch here is attempt 0 (no restarts).
+    # fails without it (KeyError); a launch starts as attempt 0 (launch/restarts.py counts up).
     extra_env = {
         "TORCHELASTIC_USE_AGENT_STORE": "True",
         "TORCHELASTIC_RESTART_COUNT": "0",

@@ -93,6 +93,20 @@ def signal_group(worker: Worker, signum: int) -> None:
         signal_process(worker, signum)
 
 
+# How the launcher ends a worker it stops. Not SIGTERM, which asks a worker for a graceful stop
+# (runtime/preemption.py) that a stopped or failed launch must not wait for; not SIGKILL, so that a
+# rank the OOM killer ended a moment before the stop is still told apart (and named as the cause).
+STOP_SIGNAL = signal.SIGHUP
+STOP_SIGNALS = (STOP_SIGNAL, signal.SIGTERM)  # a stopped worker's death by these is the launcher's doing
+
+
+def stop_group(worker: Worker) -> None:
+    """End a worker the launcher stops (STOP_SIGNAL), and SIGTERM what it started (DataLoader
+    workers, subprocesses), which may clean up."""
+    signal_process(worker, STOP_SIGNAL)
+    signal_group(worker, signal.SIGTERM)
+
+
 def signal_process(worker: Worker, signum: int) -> None:
     """Send a signal to the worker process alone (the stack-dump request)."""
     try:

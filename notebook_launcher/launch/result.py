@@ -43,6 +43,8 @@ class LaunchResult(Sequence):
         self.duration = duration
         self.start_method = start_method
         self.world_size = world_size
+        self.restarts = 0  # how many times the ranks were started again (max_restarts)
+        self.failures: list[Exception] = []  # the error that ended each earlier attempt
 
     @overload
     def __getitem__(self, index: int) -> Any: ...
@@ -142,6 +144,7 @@ class WorkerError(NotebookLauncherError, RuntimeError):
         self.exception = failure.exception
         self.logs = logs or {}
         self.values = dict(values or {})
+        self.restart_note: str | None = None  # why this failure was not restarted (max_restarts)
         super().__init__(self._message())
         if failure.exception is not None:
             self.__cause__ = failure.exception  # also sets __suppress_context__
@@ -151,7 +154,14 @@ class WorkerError(NotebookLauncherError, RuntimeError):
         parts += [f"\n--- {title} ---\n{text.rstrip()}" for title, text in self._sections()]
         if self.others:
             parts.append(f"\n{self._others()}")
+        if self.restart_note:
+            parts.append(f"\n{self.restart_note}")
         return "\n".join(parts)
+
+    def explain_no_restart(self, note: str) -> None:
+        """Say why the launcher did not restart after this failure (in str() and in the cell)."""
+        self.restart_note = note
+        self.args = (self._message(),)
 
     def _sections(self) -> list[tuple[str, str]]:
         if self.failure.traceback:
@@ -167,7 +177,11 @@ class WorkerError(NotebookLauncherError, RuntimeError):
     def _render_traceback_(self) -> list[str]:
         """What IPython shows in the cell: our one line and the worker's own traceback."""
         lines = render(type(self).__name__, self.failure.summary(), self._sections())
-        return lines + ([self._others()] if self.others else [])
+        return (
+            lines
+            + ([self._others()] if self.others else [])
+            + ([self.restart_note] if self.restart_note else [])
+        )
 
 
 def _where(stacks: dict[int, str]) -> list[tuple[str, str]]:
@@ -212,6 +226,25 @@ class LaunchStopped(NotebookLauncherError, RuntimeError):
         return render(type(self).__name__, self.summary, _where(self.stacks))
 
 
+class LaunchPreempted(NotebookLauncherError, RuntimeError):
+    """SIGTERM or SIGUSR1 asked the run to stop; the ranks finished their step and returned.
+
+    `.checkpoint` is the last folder save_state() completed (None if the run saved none), the one to
+    resume from with load_state(); `.values` holds what the ranks returned, `.signal` what asked.
+    """
+
+    def __init__(self, checkpoint: str | None, values: dict[int, Any], signal: str | None, where: str):
+        self.checkpoint = checkpoint
+        self.values = values
+        self.signal = signal
+        saved = f"last checkpoint: {checkpoint}" if checkpoint else "no checkpoint was saved"
+        self.summary = f"the run was preempted ({signal or 'a preemption signal'} to {where}); {saved}."
+        super().__init__(self.summary)
+
+    def _render_traceback_(self) -> list[str]:
+        return render(type(self).__name__, self.summary, [])
+
+
 class LaunchInterrupted(KeyboardInterrupt):
     """Ctrl-C or the notebook's interrupt button stopped a launch; every worker is gone.
 
@@ -236,3 +269,5 @@ class RunRecord:
     failures: list[RankFailure] = field(default_factory=list)
     metrics: list[dict[str, Any]] = field(default_factory=list)
     exitcodes: dict[int, int] = field(default_factory=dict)
+    checkpoint: str | None = None  # the last folder save_state() completed
+    preempted: dict[int, str | None] = field(default_factory=dict)  # rank -> the signal it got (if it did)

@@ -19,7 +19,15 @@ from .events import HangReported, OutputLine, RunFinished, RunStarted
 from .forksafety import HelperProcesses, release_openmp_threads
 from .inbox import Inbox
 from .planning import LaunchPlan
-from .processes import Worker, kill_and_reap, signal_group, signal_process, start_worker
+from .processes import (
+    STOP_SIGNALS,
+    Worker,
+    kill_and_reap,
+    signal_group,
+    signal_process,
+    start_worker,
+    stop_group,
+)
 from .result import (
     STARTUP_HINT,
     LaunchInterrupted,
@@ -56,6 +64,7 @@ class Supervisor:
         self.selector = selectors.DefaultSelector()
         self.stopping_since: float | None = None
         self.stopped_by_us: set[int] = set()
+        self.killed_by_us: set[int] = set()  # still running GRACE_SECONDS after the stop: SIGKILLed
         self.started = 0.0
         self.helpers: HelperProcesses | None = None
         self.dump: StackDump | None = None
@@ -258,7 +267,9 @@ class Supervisor:
         if known is not None:
             known.exitcode = code
             return
-        if worker.rank in self.stopped_by_us or (code == 0 and worker.reported):
+        if (worker.rank in self.stopped_by_us and not self._died_before_stop(worker.rank, code)) or (
+            code == 0 and worker.reported
+        ):
             return
         tail = _output_tail(list(worker.lines))
         if not worker.started and self.plan.start_method != "fork":
@@ -277,11 +288,20 @@ class Supervisor:
         for worker in self.workers:
             if worker.alive:
                 self.stopped_by_us.add(worker.rank)
-                signal_group(worker, signal.SIGTERM)
+                stop_group(worker)
+
+    def _died_before_stop(self, rank: int, code: int | None) -> bool:
+        """A stopped rank killed by another signal than ours (the OOM killer's SIGKILL), or exited with
+        an error code of its own: it was dying already, and its peers' errors about it reached the
+        launcher first. It is the cause."""
+        if code is None or code == 0 or rank in self.killed_by_us:
+            return False
+        return code > 0 or -code not in STOP_SIGNALS
 
     def _kill_remaining(self) -> None:
         for worker in self.workers:
             if worker.alive:
+                self.killed_by_us.add(worker.rank)
                 signal_group(worker, signal.SIGKILL)
 
     def _shutdown(self) -> bool:

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-STACK_DUMP_SIGNAL = signal.SIGUSR1  # the launcher asks a hung worker where it is stuck
+# The launcher asks a hung worker where it is stuck. Not SIGUSR1: that one (and SIGTERM) asks a
+# worker for a graceful stop (runtime/preemption.py), as SLURM sends it before a time limit.
+STACK_DUMP_SIGNAL = signal.SIGUSR2
 UNSENT_ERROR_MARK = "notebook_launcher: this rank's error could not be sent to the launcher"
 
 
@@ -68,7 +70,13 @@ def _die_with_parent() -> None:
 def _reset_inherited_state() -> None:
     """A forked child inherits the kernel's runtime singletons and signal handlers: start clean."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(
+        signal.SIGHUP, signal.SIG_DFL
+    )  # the launcher's stop (processes.STOP_SIGNAL), even under nohup
+    from ..runtime import preemption
+
+    preemption.reset()
+    preemption.install_handlers()  # SIGTERM / SIGUSR1: a graceful stop once an Accelerator listens
     state_module = sys.modules.get("notebook_launcher.runtime.state")
     if state_module is not None:
         state_module._STATE = None

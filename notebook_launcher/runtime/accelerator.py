@@ -17,7 +17,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from ..errors import AcceleratorError
-from . import accelerator_config, ops
+from . import accelerator_config, ops, preemption
 from .accelerator_config import _NOT_GIVEN
 from .accelerator_views import SettingsView
 from .compile import compile_model
@@ -136,6 +136,7 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI):
         self._load_model_state_pre_hook: OrderedDict[int, Any] = OrderedDict()  # a weak-referenceable dict
         if self.config.seed is not None:
             set_seed(self.config.seed)
+        preemption.listen()  # SIGTERM / SIGUSR1 now ask for a graceful stop (accelerator.preempted)
 
     # --------------------------------------------------------------- prepare
     def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:

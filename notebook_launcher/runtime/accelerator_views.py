@@ -8,11 +8,23 @@ from typing import Any
 import torch
 
 from ..config.enums import DistributedType
+from . import preemption
 
 
 class SettingsView:
     """Mixin: needs self.config, self.gradient_state, self.dataloader_config,
     self.project_configuration, self.state, self.precision, self._optimizers."""
+
+    @property
+    def preempted(self) -> bool:
+        """True on every rank once SIGTERM or SIGUSR1 reached the launcher or any worker, from the
+        optimizer step all ranks agreed on: save_state() and return (README: Long runs)."""
+        return preemption.preempted()
+
+    @property
+    def restart_count(self) -> int:
+        """0 on the first start; n after the launcher (or torchrun's agent) restarted the ranks n times."""
+        return preemption.restart_count()
 
     @property
     def distributed_type(self) -> DistributedType:

@@ -109,10 +109,16 @@ def save_state(
     output_dir: str | os.PathLike[str],
     *,
     safe_serialization: bool = True,
+    staging: Path | None = None,
 ) -> Path:
-    """Write the full training state of every rank into output_dir (atomically)."""
+    """Write the full training state of every rank into output_dir (atomically).
+
+    The half-written folder lives in `staging` (default: beside output_dir); automatic naming keeps it
+    out of the checkpoints folder, which then only ever holds complete checkpoints (a resume that
+    checks `os.listdir(checkpoints)` is not misled by a save a killed rank left unfinished).
+    """
     final = Path(output_dir).expanduser().resolve()
-    partial = final.parent / f".{final.name}.partial"
+    partial = Path(staging or final.parent).expanduser().resolve() / f".{final.name}.partial"
     if ranks.is_main:
         if partial.exists():
             shutil.rmtree(partial)
@@ -149,6 +155,7 @@ def save_state(
     torch.save(states, partial / f"random_states_{ranks.index}.pkl")
     ranks.wait_for_everyone()
     if ranks.is_main:
+        final.parent.mkdir(parents=True, exist_ok=True)
         _swap_into_place(partial, final)
     ranks.wait_for_everyone()
     return final

@@ -16,7 +16,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from ..errors import AcceleratorError
-from . import checkpoint, model_files
+from . import checkpoint, model_files, telemetry
 from . import checkpoint_naming as naming
 from .precision import Precision
 from .safe_files import save_safetensors
@@ -113,12 +113,18 @@ class SavingAPI:
             output_dir = naming.new_checkpoint_dir(self.project_dir, self.save_iteration)
         self.wait_for_everyone()
         path = checkpoint.save_state(
-            self._training_objects(), self._ranks(), output_dir, safe_serialization=safe_serialization
+            self._training_objects(),
+            self._ranks(),
+            output_dir,
+            safe_serialization=safe_serialization,
+            staging=Path(self.project_dir) if automatic else None,
         )
         if automatic and self.is_main_process:
             naming.rotate(path.parent, project.total_limit, keep=path)
         self.wait_for_everyone()
         project.iteration += 1
+        if self.is_main_process:
+            telemetry.emit("checkpoint", path=str(path))  # the launcher names it on a restart or preemption
         return path
 
     def load_state(self, input_dir: str | os.PathLike[str] | None = None, **_: Any) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -125,6 +126,25 @@ def _enter_world(world: World) -> None:
             print(f"notebook_launcher: rank {world.rank} ({world.source}): {note}", flush=True)
 
 
+def _attempt_store(world: World, timeout: datetime.timedelta | None) -> dict[str, Any]:
+    """A restarted attempt's own key space in the launcher's store.
+
+    torchrun's static rendezvous keeps one store across restarts, and torch (2.6 on) no longer
+    prefixes the workers' keys per attempt: a restarted group read the dead attempt's gloo addresses
+    and failed ("Connection refused") or hung. notebook_launch starts a fresh store for each attempt;
+    the prefix is harmless there.
+    """
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    if attempt in ("", "0") or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return {}
+    from torch.distributed.constants import default_pg_timeout
+
+    client = dist.TCPStore(
+        str(world.master_addr), int(world.master_port), is_master=False, timeout=timeout or default_pg_timeout
+    )
+    return {"store": dist.PrefixStore(f"notebook_launcher/attempt_{attempt}", client)}
+
+
 def _check_rendezvous(world: World) -> None:
     missing = [
         name
@@ -182,6 +202,8 @@ def get_state(
         if backend == "nccl":
             kwargs["device_id"] = device
         collective_log.install()  # a spawned worker may import torch only now; a no-op outside a launch
+        if init_method is None:
+            kwargs.update(_attempt_store(world, timeout))
         dist.init_process_group(**kwargs)
         owns = True
     else:

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from . import preemption
 from .data import GradientState
 from .precision import Precision
 
@@ -62,6 +63,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
             return
         kwargs = {"closure": closure} if closure is not None else {}
         self._step_was_skipped = self.precision.optimizer_step(self.optimizer, **kwargs)
+        preemption.agree(self.precision.device)  # every rank meets here: agree on a preemption request
 
     @property
     def step_was_skipped(self) -> bool:

@@ -80,6 +80,9 @@ class ConfigPanel(widgets.VBox):
         self.seed = Field(
             "seed", "seed", widgets.Text(placeholder="none", layout=widgets.Layout(width="120px"))
         )
+        self.restarts = Field(  # max_restarts: the run survives a killed rank (README: Long runs)
+            "max_restarts", "restarts", widgets.IntText(0, layout=widgets.Layout(width="120px"))
+        )
         self.fsdp = FSDPSection(model)
         self.deepspeed = DeepSpeedSection()
         self.machines = MachinesSection()
@@ -91,6 +94,7 @@ class ConfigPanel(widgets.VBox):
             self.processes,
             self.grad_accum,
             self.seed,
+            self.restarts,
         ]
         self.fields = {
             f.key: f
@@ -178,6 +182,7 @@ class ConfigPanel(widgets.VBox):
             self.processes.widget.value = config.num_processes or self._default_processes()
             self.grad_accum.widget.value = config.gradient_accumulation_steps
             self.seed.widget.value = text_value(config.seed)
+            self.restarts.widget.value = config.max_restarts
             load_warnings += self.fsdp.load(config)
             self.deepspeed.load(config)
             self.machines.load(config)
@@ -206,6 +211,7 @@ class ConfigPanel(widgets.VBox):
             use_cpu=self.use_cpu.widget.value,
             num_processes=self.processes.widget.value,
             gradient_accumulation_steps=self.grad_accum.widget.value,
+            max_restarts=self.restarts.widget.value,
         )
         sections = (
             (

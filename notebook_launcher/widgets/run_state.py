@@ -12,7 +12,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..launch.events import MetricLogged, OutputLine, ProgressUpdate, RunFinished, RunStarted
+from ..launch.events import MetricLogged, OutputLine, ProgressUpdate, RunFinished, RunRestarting, RunStarted
 
 MAX_LINES_PER_RANK = 2000
 
@@ -53,6 +53,7 @@ class RunState:
     metrics: list[dict[str, Any]] = field(default_factory=list)
     finished: RunFinished | None = None
     traceback_shown: bool = False
+    restart: RunRestarting | None = None  # the last restart (max_restarts), shown in the status line
 
     # ------------------------------------------------------------------ events
     def apply(self, event: object) -> None:
@@ -73,6 +74,10 @@ class RunState:
             row = {"rank": event.rank, "step": event.step, "time": event.time}
             row.update(event.values)
             self.metrics.append(row)
+        elif isinstance(event, RunRestarting):
+            self.restart, self.finished, self.traceback_shown = event, None, False
+            for rank in self.local_ranks:  # in every rank's output, where the failure was shown
+                self.apply(OutputLine(rank, "stderr", f"notebook_launch: {event.text}"))
         elif isinstance(event, RunFinished):
             self.finished = event
             traceback = event.extra.get("traceback") if isinstance(event.extra, dict) else None
@@ -146,7 +151,8 @@ class RunState:
             if self.started_at is None:
                 return "waiting for the launch to start"
             elapsed = (now or time.time()) - self.started_at
-            return f"running on {self.world_size} process(es) for {format_seconds(elapsed)}"
+            again = f" · {self.restart.text}" if self.restart else ""
+            return f"running on {self.world_size} process(es) for {format_seconds(elapsed)}{again}"
         took = format_seconds(finished.duration)
         if finished.status == "done":
             return f"done in {took}"
