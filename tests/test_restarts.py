@@ -262,3 +262,30 @@ def test_the_run_view_and_the_panel_know_restarts():
     assert panel.restarts.widget.value == 2
     panel.restarts.widget.value = 3
     assert panel.config.max_restarts == 3
+
+
+# ---------------------------------------------------------------------------------- in a kernel
+def test_in_a_notebook_the_cell_says_restart_and_preempted(kernel, tmp_path):
+    """A real kernel: the restart line in the cell, and SIGTERM to the kernel itself during a launch
+    is a preemption (LaunchPreempted shown as one line) that leaves the kernel running."""
+    tests = os.path.dirname(__file__)
+    kernel.run(
+        f"import sys; sys.path.insert(0, {tests!r})\nfrom restart_trainers import train\nfrom notebook_launcher import notebook_launch"
+    )
+    run = kernel.run(
+        f"r = notebook_launch(train, args=({str(tmp_path / 'a')!r},), kwargs=dict(kill_rank=1, kill_at=6), "
+        "num_processes=2, max_restarts=1)\nprint('restarts', r.restarts)",
+        timeout=120,
+    )
+    said = r"notebook_launch: restart 1/1: rank 1 was killed \(SIGKILL\) at epoch \d step \d, resuming from checkpoint_0"
+    assert re.search(said, run.stderr) and "restarts 1" in run.stdout, run.text
+    preempt = dict(rank=0, at=5, to="launcher", signal="SIGTERM")
+    run = kernel.run(
+        f"notebook_launch(train, args=({str(tmp_path / 'b')!r},), kwargs=dict(preempt={preempt!r}), num_processes=2)"
+    )
+    assert run.error is not None and run.error["ename"] == "LaunchPreempted", run.text
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(run.error["traceback"]))
+    assert shown.startswith(
+        "LaunchPreempted: the run was preempted (SIGTERM to the launcher); last checkpoint: "
+    ), shown
+    assert kernel.value("1 + 1") == 2  # the kernel is still there, its SIGTERM handler back
