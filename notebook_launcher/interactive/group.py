@@ -27,7 +27,7 @@ from typing import Any
 from ..launch import channel
 from ..launch.forksafety import HelperProcesses, release_openmp_threads
 from ..launch.inbox import Inbox
-from ..launch.processes import Worker, kill_and_reap, signal_group, signal_process
+from ..launch.processes import Worker, kill_and_reap, signal_group, signal_process, stop_group
 from ..launch.result import RunRecord
 from ..launch.standby import LaunchState
 from . import protocol
@@ -263,7 +263,8 @@ class RankGroup:
 
     # -------------------------------------------------------------------- stop
     def stop(self) -> None:
-        """End every rank (EXIT, then SIGTERM, then SIGKILL), close every pipe, release the port."""
+        """End every rank (EXIT, then the launcher's stop signal, then SIGKILL), close every pipe, release
+        the port."""
         if self._closed:
             return
         self._closed = True
@@ -288,7 +289,7 @@ class RankGroup:
                 except OSError:
                     pass
             else:
-                signal_group(rank, signal.SIGTERM)
+                stop_group(rank)  # not SIGTERM alone: with an Accelerator that asks for a graceful stop
         deadline = time.monotonic() + GRACE_SECONDS
         while any(r.alive and r.launched for r in self.ranks) and time.monotonic() < deadline:
             self.pump(POLL_SECONDS)
