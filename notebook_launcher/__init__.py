@@ -63,6 +63,7 @@ _LAZY = {
     "WorkerError": "notebook_launcher.launch",
     "LaunchTimeout": "notebook_launcher.launch",
     "LaunchStopped": "notebook_launcher.launch",
+    "LaunchPreempted": "notebook_launcher.launch",
     "RayCluster": "notebook_launcher.clusters",
     "SlurmCluster": "notebook_launcher.clusters",
     "Ranks": "notebook_launcher.interactive",

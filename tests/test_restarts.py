@@ -19,9 +19,8 @@ import pytest
 import torch
 from restart_trainers import train
 
-from notebook_launcher import WorkerError, notebook_launch
+from notebook_launcher import LaunchPreempted, WorkerError, notebook_launch
 from notebook_launcher.errors import ConfigError
-from notebook_launcher.launch.result import LaunchPreempted
 
 EVERY = 4  # save_state() every 4 steps; 24 steps of 2 ranks x 5 batches per epoch
 
@@ -225,6 +224,7 @@ if os.environ["RANK"] == "0":
 """
 
 
+@pytest.mark.slow  # ~35 s: torchrun starts the workers twice
 def test_the_cli_restarts_through_torchrun_with_the_same_resume(tmp_path, reference):
     from test_cli_helpers import explain, run_cli
 

@@ -11,9 +11,10 @@ widgets, clusters and interactive. Never by runtime or cli. Widgets only lazily,
 from .handle import RunHandle
 from .notebook import notebook_launch, start_launch
 from .pool import release_warm_pool
-from .result import LaunchResult, LaunchStopped, LaunchTimeout, WorkerError
+from .result import LaunchPreempted, LaunchResult, LaunchStopped, LaunchTimeout, WorkerError
 
 __all__ = [
+    "LaunchPreempted",
     "LaunchResult",
     "LaunchStopped",
     "LaunchTimeout",
