@@ -265,6 +265,7 @@ def test_the_run_view_and_the_panel_know_restarts():
 
 
 # ---------------------------------------------------------------------------------- in a kernel
+@pytest.mark.slow  # ~15-20 s: a kernel and three launches
 def test_in_a_notebook_the_cell_says_restart_and_preempted(kernel, tmp_path):
     """A real kernel: the restart line in the cell, and SIGTERM to the kernel itself during a launch
     is a preemption (LaunchPreempted shown as one line) that leaves the kernel running."""
