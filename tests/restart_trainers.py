@@ -41,7 +41,8 @@ def train(
     kill_how: "SIGKILL" (the OOM killer), "exit" (os._exit without an exception), "raise" (a Python
     error), "in_save" (SIGKILL while the next save_state() is writing). preempt={"rank", "at", "to",
     "signal"} sends that signal to this rank's worker ("worker") or to the launcher ("launcher")
-    after step `at`; the loop then saves and returns when accelerator.preempted.
+    after step `at`; the loop then saves and returns when accelerator.preempted. The ranks agree on a
+    request every preempt["check_seconds"] (default 0: at every optimizer step, so a test knows the step).
     """
     import torch
     from torch import nn
@@ -49,6 +50,9 @@ def train(
     from notebook_launcher import Accelerator
     from notebook_launcher.utils import ProjectConfiguration, set_seed
 
+    if preempt:
+        os.environ["NOTEBOOK_LAUNCHER_PREEMPTION_CHECK_SECONDS"] = str(preempt.get("check_seconds", 0))
+        from notebook_launcher.runtime import preemption
     config = ProjectConfiguration(
         project_dir=project_dir, automatic_checkpoint_naming=True, total_limit=total_limit
     )
@@ -102,7 +106,12 @@ def train(
                 os.kill(target, getattr(signal, preempt["signal"]))
             if accelerator.preempted:
                 saved = accelerator.save_state()
-                return {"preempted_at": progress.step, "saved": str(saved), "rank": rank}
+                return {
+                    "preempted_at": progress.step,
+                    "saved": str(saved),
+                    "rank": rank,
+                    "agreement_checks": preemption.checks,
+                }
             if progress.step >= total_steps:
                 break
     weights = accelerator.unwrap_model(model).state_dict()

@@ -182,6 +182,31 @@ def test_preemption_stops_every_rank_at_the_same_step_and_resumes_exactly(tmp_pa
     assert_same_weights(result[0]["weights"], reference)
 
 
+def test_the_ranks_agree_about_once_a_second_not_at_every_step(tmp_path):
+    """The agreement is a collective: at every step it would cost every run. With the default cadence
+    (~1 s) and ~20 ms steps, rank 0 spaces the checks ~50 steps apart and hands the spacing to every
+    rank; a request still stops every rank after the same step, soon after the signal."""
+    preempt = dict(rank=1, at=30, to="worker", signal="SIGUSR1", check_seconds=1.0)
+    with pytest.raises(LaunchPreempted) as stopped:
+        notebook_launch(
+            train,
+            args=(str(tmp_path),),
+            kwargs=dict(preempt=preempt, total_steps=2000, every=10_000, sleep=0.02),
+            num_processes=2,
+            quiet=True,
+        )
+    values = stopped.value.values
+    steps = {value["preempted_at"] for value in values.values()}
+    assert len(steps) == 1  # the same step on every rank
+    (step,) = steps
+    checks = {value["agreement_checks"] for value in values.values()}
+    assert len(checks) == 1  # every rank met in the same all_reduces
+    # Far fewer checks than steps (one per step would be `step`), and the stop came within a few
+    # seconds' worth of steps of the signal however slow this machine is (the spacing is measured).
+    assert next(iter(checks)) < step / 5, (checks, step)
+    assert 30 < step < 2000
+
+
 def test_a_preempted_worker_is_restarted_when_max_restarts_allows(tmp_path, reference):
     preempt = dict(rank=1, at=9, to="worker", signal="SIGTERM")
     result = notebook_launch(

@@ -3,8 +3,12 @@ warning before a time limit) asks the run to stop after the current step, and ev
 the same step, so none is left waiting in a collective while the others save and return.
 
 The request is a flag set by the signal handler. The agreement is one tiny all_reduce (max) of that
-flag at every optimizer step that updates the weights (the points where all ranks already meet):
-`accelerator.preempted` turns true on every rank after the same step. A process whose function never
+flag at optimizer steps that update the weights (the points where all ranks already meet):
+`accelerator.preempted` turns true on every rank after the same step. Not at every step: a collective
+per step would cost every run (and, on GPUs, a device sync per step) for a signal that rarely comes.
+The ranks check about once per CHECK_SECONDS: at each check rank 0 proposes how many steps until the
+next one from its measured step time, and the same all_reduce hands that number to every rank, so all
+ranks keep meeting at the same steps. A process whose function never
 created an Accelerator keeps the old meaning of the signal (it ends at once), and a second signal of
 the same kind ends it at once too: a loop that never checks is not left unkillable.
 """
@@ -13,15 +17,24 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from typing import Any
 
 from . import telemetry
 
 PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+CHECK_SECONDS = 1.0
+"""About how often the ranks agree on a request: a stop comes at most ~1 s (or one step) after the signal.
+NOTEBOOK_LAUNCHER_PREEMPTION_CHECK_SECONDS changes it (0: at every optimizer step)."""
+MAX_CHECK_INTERVAL = 10_000
 
 _requested: int | None = None  # the signal that asked, until the ranks agree
 _agreed = False
 _listening = False  # an Accelerator exists in this process: it will check the flag
+_steps = 0  # optimizer steps seen by agree()
+_next_check = 1  # the step at which every rank meets in the next all_reduce
+_last_check: tuple[int, float] | None = None  # (step, time) of the previous check
+checks = 0  # how many agreement all_reduces this process took part in
 
 
 def install_handlers() -> None:
@@ -59,23 +72,51 @@ def preempted() -> bool:
 def agree(device: Any = None) -> bool:
     """Called by every rank at the same point (each optimizer step): whether any rank was asked to stop.
 
-    A collective over the default process group when there is one; it costs one scalar all_reduce.
+    With several ranks, a collective over the default process group about once per CHECK_SECONDS
+    (one two-element all_reduce); between checks it costs nothing.
     """
-    global _agreed
+    global _agreed, _steps, _next_check, _last_check, checks
     if _agreed:
         return True
+    _steps += 1
     flag = _requested is not None
-    import torch
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        tensor = torch.tensor([1 if flag else 0], dtype=torch.int32, device=device)
+        if _steps < _next_check:
+            return False
+        import torch
+
+        # [request, steps until the next check]: rank 0 proposes the interval, MAX hands it to all
+        proposal = _proposed_interval() if dist.get_rank() == 0 else 0
+        tensor = torch.tensor([1 if flag else 0, proposal], dtype=torch.int64, device=device)
         dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-        flag = bool(tensor.item())
+        flag, interval = bool(tensor[0].item()), int(tensor[1].item())
+        _next_check = _steps + max(1, interval)
+        _last_check = (_steps, time.monotonic())
+        checks += 1
     if flag:
         _agreed = True
         telemetry.emit("preempted", signal=signal.Signals(_requested).name if _requested else None)
     return _agreed
+
+
+def _proposed_interval() -> int:
+    """Steps that take about CHECK_SECONDS at the pace since the previous check (1 before it is known)."""
+    every = _check_seconds()
+    if _last_check is None or every <= 0:
+        return 1
+    steps, since = _steps - _last_check[0], time.monotonic() - _last_check[1]
+    if since <= 0:
+        return MAX_CHECK_INTERVAL
+    return int(min(MAX_CHECK_INTERVAL, max(1, every * steps / since)))
+
+
+def _check_seconds() -> float:
+    try:
+        return float(os.environ.get("NOTEBOOK_LAUNCHER_PREEMPTION_CHECK_SECONDS", CHECK_SECONDS))
+    except ValueError:
+        return CHECK_SECONDS
 
 
 def restart_count() -> int:
@@ -88,5 +129,6 @@ def restart_count() -> int:
 
 def reset() -> None:
     """Start clean (a worker forked from a kernel that ran an Accelerator in_process)."""
-    global _requested, _agreed, _listening
+    global _requested, _agreed, _listening, _steps, _next_check, _last_check, checks
     _requested, _agreed, _listening = None, False, False
+    _steps, _next_check, _last_check, checks = 0, 1, None, 0
