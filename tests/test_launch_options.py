@@ -59,22 +59,37 @@ def test_show_ranks_prints_only_the_chosen_ranks_and_keeps_every_log(capsys):
     assert "hello from rank 0" in result.logs[0]  # hidden from the cell, still kept
 
 
-def both_ranks_fail():
+def both_ranks_fail(folder):
+    """Rank 1 fails first; rank 0 fails too once rank 1 has exited (so after the launcher saw rank 1's
+    failure, whatever the machine's load), ignoring the launcher's stop signal to get that far."""
     from notebook_launcher import Accelerator
+    from notebook_launcher.launch.processes import STOP_SIGNAL
 
-    rank = Accelerator().process_index
-    if rank == 0:  # fails too, a moment later: ignore the launcher's stop signal so it gets that far
-        from notebook_launcher.launch.processes import STOP_SIGNAL
-
+    if os.environ["RANK"] == "0":  # before anything else: the stop may come as soon as rank 1 fails
         signal.signal(STOP_SIGNAL, signal.SIG_IGN)
-        time.sleep(0.5)
-        raise KeyError("rank zero's own problem")
-    raise ValueError("rank one fails first")
+    rank = Accelerator().process_index
+    marker = os.path.join(folder, "rank1.pid")
+    if rank == 1:
+        with open(marker, "w") as f:
+            f.write(str(os.getpid()))
+        raise ValueError("rank one fails first")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            with open(marker) as f:
+                if psutil.Process(int(f.read())).status() == psutil.STATUS_ZOMBIE:
+                    break
+        except psutil.NoSuchProcess:
+            break  # rank 1 is gone and reaped
+        except (FileNotFoundError, ValueError):
+            pass  # not written yet
+        time.sleep(0.01)
+    raise KeyError("rank zero's own problem")
 
 
-def test_several_failing_ranks_report_the_first_and_list_the_rest():
+def test_several_failing_ranks_report_the_first_and_list_the_rest(tmp_path):
     with pytest.raises(WorkerError) as info:
-        notebook_launch(both_ranks_fail, num_processes=2, quiet=True)
+        notebook_launch(both_ranks_fail, args=(str(tmp_path),), num_processes=2, quiet=True)
     err = info.value
     assert err.rank == 1 and err.exc_type == "ValueError"
     assert [(other.rank, other.exc_type) for other in err.others] == [(0, "KeyError")]
