@@ -55,6 +55,8 @@ _LAZY = {
     "AutocastKwargs": "notebook_launcher.runtime",
     "InitProcessGroupKwargs": "notebook_launcher.runtime",
     "set_seed": "notebook_launcher.runtime",
+    "init_empty_weights": "notebook_launcher.runtime",
+    "init_on_device": "notebook_launcher.runtime",
     "notebook_launch": "notebook_launcher.launch",
     "start_launch": "notebook_launcher.launch",
     "release_warm_pool": "notebook_launcher.launch",

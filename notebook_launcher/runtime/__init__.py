@@ -10,6 +10,7 @@ notebook. Imported by workers, scripts, and the public face (lazily)."""
 
 from ..config.enums import DistributedType, PrecisionType
 from .accelerator import Accelerator
+from .big_modeling import init_empty_weights, init_on_device
 from .configurations import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
 from .control_api import skip_first_batches
 from .data import DataLoaderShard, GradientState
@@ -59,6 +60,8 @@ __all__ = [
     "TorchDynamoPlugin",
     "find_executable_batch_size",
     "get_state",
+    "init_empty_weights",
+    "init_on_device",
     "release_memory",
     "reset_state",
     "set_seed",

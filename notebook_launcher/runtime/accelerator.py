@@ -30,6 +30,7 @@ from .process_api import ProcessAPI
 from .rng_sync import check_rng_types
 from .saving_api import SavingAPI
 from .seed import set_seed
+from .sharding_api import ShardingAPI
 from .shared_state import AcceleratorState, resolve_distributed_type
 from .state import get_state
 from .strategies import strategy_class
@@ -37,7 +38,7 @@ from .tracking_api import TrackingAPI
 from .wrappers import AcceleratedOptimizer, AcceleratedScheduler
 
 
-class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI):
+class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, ShardingAPI):
     """Prepare model/optimizer/data for the launch's strategy and precision; Accelerate 1.x's API.
 
     Arguments are Accelerate's (dataloader_config, project_config, gradient_accumulation_plugin,

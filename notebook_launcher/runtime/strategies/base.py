@@ -49,6 +49,11 @@ class Strategy:
         """
         return objects
 
+    def sharded_init(self) -> contextlib.AbstractContextManager:
+        """The context `accelerator.sharded_init()` builds a model in; strategies that shard
+        parameters build it on the meta device where they can. Unsharded: an ordinary build."""
+        return contextlib.nullcontext()
+
     def convert_precision(self, model: nn.Module) -> nn.Module:
         """Module conversions a precision mode needs before wrapping (fp8: Linear -> fp8 Linear)."""
         if self.precision.mode == "fp8":

@@ -13,6 +13,7 @@ Plain dict work, no torch or deepspeed import, so it is tested in one process. R
   gradient_clipping when it is set, else keeps DeepSpeed's default; a file with another number
   than ours is refused when the launch config is built (config/sections.py).
 - Precision: "auto" follows mixed_precision; a file that enables fp16/bf16 must agree with it.
+- ZeRO buckets: sized from the model's largest parameter (sizing.py) unless a file sets them.
 """
 
 from __future__ import annotations
@@ -24,18 +25,9 @@ from typing import Any
 from ....config import LaunchConfig
 from ....config.sections import read_deepspeed_json
 from ....errors import ConfigError
+from .sizing import fill_sizes
 
 AUTO = "auto"
-# "auto" bucket sizes that depend on the model in Accelerate; DeepSpeed's documented defaults here.
-_BUCKET_DEFAULTS = {
-    "reduce_bucket_size": 500_000_000,
-    "allgather_bucket_size": 500_000_000,
-    "stage3_prefetch_bucket_size": 50_000_000,
-    "stage3_param_persistence_threshold": 100_000,
-    "stage3_max_live_parameters": 1_000_000_000,
-    "stage3_max_reuse_distance": 1_000_000_000,
-    "sub_group_size": 1_000_000_000,
-}
 
 
 @dataclass
@@ -60,9 +52,16 @@ class EngineConfig:
 
 
 def build_engine_config(
-    launch: LaunchConfig, *, micro_batch_size: int | None, world_size: int, client_optimizer: bool
+    launch: LaunchConfig,
+    *,
+    micro_batch_size: int | None,
+    world_size: int,
+    client_optimizer: bool,
+    largest_parameter: int | None = None,
 ) -> EngineConfig:
-    """The full DeepSpeed config for this run; raises ConfigError naming the key and the fix."""
+    """The full DeepSpeed config for this run; raises ConfigError naming the key and the fix.
+
+    largest_parameter (elements) sizes ZeRO's buckets from the model (see sizing.py)."""
     ds = launch.deepspeed_config
     if ds.deepspeed_config_file:
         source = f"DeepSpeed config file {ds.deepspeed_config_file!r}"
@@ -75,7 +74,7 @@ def build_engine_config(
     _fill_batch_sizes(config, micro_batch_size, steps, world_size)
     _fill_clipping(config, launch, from_file=bool(ds.deepspeed_config_file))
     _fill_precision(config, launch.mixed_precision, source)
-    _fill_zero(config, source)
+    _fill_zero(config, source, largest_parameter, from_file=bool(ds.deepspeed_config_file))
     if client_optimizer:
         if "optimizer" in config:
             raise ConfigError(
@@ -177,15 +176,13 @@ def _fill_precision(config: dict[str, Any], mixed_precision: str, source: str) -
         raise ConfigError(f"{source} enables both fp16 and bf16; enable one.")
 
 
-def _fill_zero(config: dict[str, Any], source: str) -> None:
+def _fill_zero(config: dict[str, Any], source: str, largest: int | None, *, from_file: bool) -> None:
     zero = config.setdefault("zero_optimization", {"stage": 0})
     if not isinstance(zero, dict):
         raise ConfigError(f'zero_optimization in {source} must be an object like {{"stage": 2}}.')
     if zero.get("stage", 0) == AUTO:
         raise ConfigError(f'zero_optimization.stage is "auto" in {source}; write 0, 1, 2 or 3.')
-    for key, default in _BUCKET_DEFAULTS.items():
-        if zero.get(key) == AUTO:
-            zero[key] = default
+    fill_sizes(zero, largest, from_file=from_file)
 
 
 def _reject_leftover_auto(value: Any, source: str, path: str = "") -> None:

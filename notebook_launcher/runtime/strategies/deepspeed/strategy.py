@@ -34,6 +34,7 @@ from ..process_group import ensure_process_group
 from .config import EngineConfig, build_engine_config
 from .memory import share_master_partitions
 from .offload import optimizer_for_offload
+from .sharded_init import materialize_for_engine, sharded_init_context
 from .zero3_init import register_with_transformers
 
 CHECKPOINT_TAG = "deepspeed"
@@ -156,6 +157,7 @@ class DeepSpeedStrategy(Strategy):
             micro_batch_size=micro,
             world_size=self.state.world_size,
             client_optimizer=optimizer is not None,
+            largest_parameter=max((_numel(p) for p in model.parameters()), default=0),
         )
         if optimizer is None and not engine_config.has_optimizer:
             raise AcceleratorError(
@@ -166,6 +168,11 @@ class DeepSpeedStrategy(Strategy):
         if self.gradient_state is not None:
             self.gradient_state.num_steps = engine_config.gradient_accumulation_steps
         model = self.convert_precision(model)
+        note = materialize_for_engine(
+            model, optimizer, deepspeed=self.deepspeed, engine_config=engine_config, device=self.state.device
+        )
+        if note and self.state.is_main_process:
+            print(f"notebook_launcher: {note}", flush=True)
         self.precision.wrap_forward(model)
         engine, *_ = self.deepspeed.initialize(
             model=model,
@@ -177,6 +184,18 @@ class DeepSpeedStrategy(Strategy):
         share_master_partitions(engine.optimizer)  # fp32 ZeRO-3: one copy of each partition, not two
         self.engine, self.engine_config = engine, engine_config
         return engine
+
+    def sharded_init(self) -> Any:
+        """ZeRO-3: zero.Init with zero3_init_flag, else rank 0 real and the others on meta."""
+        engine_config = build_engine_config(
+            self.config, micro_batch_size=None, world_size=self.state.world_size, client_optimizer=False
+        )
+        return sharded_init_context(
+            self.deepspeed,
+            engine_config,
+            self.state.is_main_process,
+            bool(self.config.deepspeed_config.zero3_init_flag),
+        )
 
     def wrap_model(self, model: nn.Module, *, device_placement: bool = True) -> nn.Module:
         if model is self.engine:
@@ -304,6 +323,11 @@ def _refuse_fsdp(model: nn.Module) -> None:
             f"{type(model).__name__} is already sharded with FSDP (fully_shard); FSDP and DeepSpeed cannot be "
             "combined. Pass the plain model, or use distributed_type='FSDP' without DeepSpeed."
         )
+
+
+def _numel(param: torch.Tensor) -> int:
+    """Elements of a parameter, also when zero.Init has partitioned it already."""
+    return int(getattr(param, "ds_numel", param.numel()))
 
 
 def _is_scheduler(obj: Any) -> bool:

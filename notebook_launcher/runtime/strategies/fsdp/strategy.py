@@ -40,10 +40,13 @@ from torch.distributed.fsdp import (
 )
 
 from ....errors import AcceleratorError, ConfigError
+from ...big_modeling import init_empty_weights
 from ..base import Strategy
+from ..materialize import LOCAL, weights_source
 from ..process_group import ensure_process_group
 from . import checkpoint as ckpt
 from . import plan as fsdp_plan
+from .sharded_init import shard_and_fill
 
 
 def _note(state: Any, message: str) -> None:
@@ -88,24 +91,46 @@ class FSDPStrategy(Strategy):
             self._mesh = init_device_mesh(self.state.device.type, shape, mesh_dim_names=names)
         return self._mesh
 
+    def sharded_init(self) -> contextlib.AbstractContextManager:
+        """Rank 0 builds the real model; the others build it on the meta device. prepare() then
+        sends rank 0's values into the shards (Accelerate's fsdp_cpu_ram_efficient_loading)."""
+        return contextlib.nullcontext() if self.state.is_main_process else init_empty_weights()
+
     def wrap_model(self, model: nn.Module, *, device_placement: bool = True) -> nn.Module:
         if isinstance(model, FSDPModule):
             raise AcceleratorError(
                 f"{type(model).__name__} is already sharded with fully_shard; pass the plain model."
             )
-        if device_placement:
+        source = weights_source(model, self.state.device, self.fsdp.fsdp_cpu_ram_efficient_loading)
+        if device_placement and source == LOCAL:
             model = model.to(self.state.device)
         before = dict(model.named_parameters())
         model = self.convert_precision(model)
         layers = fsdp_plan.layers_to_wrap(model, self.fsdp)
-        if self.fsdp.fsdp_sync_module_states and self.state.world_size > 1:
+        if source == LOCAL and self.fsdp.fsdp_sync_module_states and self.state.world_size > 1:
             _broadcast_from_rank0(model)
         if self.fsdp.fsdp_activation_checkpointing:
             _checkpoint_activations(layers)
         options = self._shard_options()
-        for layer in layers:
-            fully_shard(layer, **options)
-        fully_shard(model, **options)
+
+        def shard() -> None:
+            for layer in layers:
+                fully_shard(layer, **options)
+            fully_shard(model, **options)
+
+        if source == LOCAL:
+            shard()
+        else:  # built on the meta device somewhere: shard empty, then fill only the local shards
+            note = shard_and_fill(
+                model,
+                shard,
+                source,
+                device=self.state.device,
+                offload=bool(self.fsdp.fsdp_offload_params),
+                rank=self.state.rank,
+            )
+            if note:
+                _note(self.state, note)
         self._remember_new_parameters(before, model)
         self.precision.wrap_forward(model)
         return model
@@ -268,7 +293,5 @@ def _report_inert_settings(state: Any, fsdp: Any) -> None:
         )
     if not fsdp.fsdp_use_orig_params:
         inert.append("fsdp_use_orig_params=False (FSDP2 always keeps the original parameters)")
-    if fsdp.fsdp_cpu_ram_efficient_loading:
-        inert.append("fsdp_cpu_ram_efficient_loading (every rank builds the model, then shards it)")
     if inert:
         _note(state, "FSDP settings without effect under FSDP2: " + "; ".join(inert) + ".")
