@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pickle
 import sys
+import threading
 import time
 import traceback
 from multiprocessing.connection import Connection
@@ -23,6 +24,7 @@ from .host_pickle import dumps_on_host
 
 RESULT, ERROR, METRIC, PROGRESS, STARTED = "result", "error", "metric", "progress", "started"
 CHECKPOINT, PREEMPTED = "checkpoint", "preempted"  # save_state() wrote one; the ranks agreed to stop
+MEMORY = "memory"  # a rank's memory sample (launch/memory_sampler.py)
 
 # Failures that are the symptom of another rank dying (its peer connection closed), not a cause.
 _SECONDARY_TYPES = ("DistBackendError", "DistNetworkError")
@@ -40,9 +42,12 @@ class WorkerChannel:
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
+        self._lock = threading.Lock()  # the memory sampler's thread sends too
 
     def _send(self, kind: str, payload: Any) -> None:
-        self.conn.send_bytes(dumps_on_host((kind, payload), by_value=False))
+        data = dumps_on_host((kind, payload), by_value=False)
+        with self._lock:
+            self.conn.send_bytes(data)
 
     def send_started(self) -> None:
         self._send(STARTED, None)

@@ -79,7 +79,29 @@ class RunRestarting:
         return f"restart {self.attempt}/{self.max_restarts}: {self.reason}, {resume}"
 
 
-Event = RunStarted | OutputLine | MetricLogged | ProgressUpdate | HangReported | RunFinished | RunRestarting
+@dataclass(frozen=True)
+class MemorySampled:
+    rank: int
+    sample: dict[str, Any]  # time, rss, peak_rss, used, limit, limit_source; gpu_* on a GPU
+
+
+@dataclass(frozen=True)
+class MemoryWarning:
+    rank: int  # the rank holding the most memory when the limit came near
+    text: str  # one line for the cell and the RunView's status
+
+
+Event = (
+    RunStarted
+    | OutputLine
+    | MetricLogged
+    | ProgressUpdate
+    | HangReported
+    | RunFinished
+    | MemorySampled
+    | MemoryWarning
+    | RunRestarting
+)
 
 
 class Observer(Protocol):

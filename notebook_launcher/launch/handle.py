@@ -26,6 +26,7 @@ def collect_result(run: RestartingRun) -> LaunchResult:
         duration=time.monotonic() - supervisor.started,
         start_method=plan.start_method,
         world_size=plan.world_size,
+        memory=supervisor.record.memory,
     )
     result.restarts, result.failures = run.restarts, list(run.failures)
     result.duration = time.monotonic() - run.started

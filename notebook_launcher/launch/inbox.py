@@ -1,9 +1,9 @@
 """What the workers send, read into the run's record and handed to observers as events.
 
 Output arrives as raw bytes on each worker's stdout/stderr pipe and is split into lines; messages
-(results, failures, metrics, progress) arrive on its message pipe. Nothing a worker sends can
-break the launch: a return value or metric the notebook cannot unpickle is reported or dropped
-with a warning, and every other rank's values are kept.
+(results, failures, metrics, progress, memory samples) arrive on its message pipe. Nothing a
+worker sends can break the launch: a return value or metric the notebook cannot unpickle is
+reported or dropped with a warning, and every other rank's values are kept.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 from . import channel
 from .events import MetricLogged, OutputLine, ProgressUpdate
+from .memory_watch import MemoryWatch
 from .processes import Worker
 from .result import RankFailure, RunRecord, metric_row
 
@@ -36,6 +37,8 @@ class Inbox:
         self.on_failure = on_failure
         self.stopped_by_launcher = stopped_by_launcher
         self._warned_metrics: set[str] = set()
+        self.memory = MemoryWatch()  # result.memory, and the warning before the OOM killer
+        record.memory = self.memory.record
 
     # ------------------------------------------------------------------ output
     def read_output(self, worker: Worker, stream: str) -> bool:
@@ -105,6 +108,9 @@ class Inbox:
                     worker.rank, payload["step"], payload.get("total"), payload["time"], payload.get("epoch")
                 )
             )
+        elif kind == channel.MEMORY:
+            for event in self.memory.ingest(worker.rank, payload):
+                self.emit(event)
         return True
 
     def _take_result(self, worker: Worker, payload: dict[str, Any]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 
-from .events import HangReported, OutputLine, RunRestarting
+from .events import HangReported, MemoryWarning, OutputLine, RunRestarting
 
 
 class CellPrinter:
@@ -24,6 +24,10 @@ class CellPrinter:
             return
         if isinstance(event, RunRestarting):
             sys.stderr.write(f"notebook_launch: {event.text}\n")
+            sys.stderr.flush()
+            return
+        if isinstance(event, MemoryWarning):  # one line, whatever ranks are shown
+            sys.stderr.write(f"notebook_launcher: {event.text}\n")
             sys.stderr.flush()
             return
         if not isinstance(event, OutputLine):

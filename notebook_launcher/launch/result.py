@@ -22,7 +22,9 @@ class LaunchResult(Sequence):
 
     `result[0]` is the first rank's value; `result.logs[rank]` that rank's captured stdout+stderr;
     `result.metrics` one row per `accelerator.log()` call: {"rank", "step", "time", **values}
-    (see metric_row for logged keys named like those three).
+    (see metric_row for logged keys named like those three);
+    `result.memory[rank]` that rank's memory samples (see launch/memory_watch.py), with
+    `result.memory.peak_rss(rank)` and `result.memory.warnings`.
     """
 
     def __init__(
@@ -35,6 +37,7 @@ class LaunchResult(Sequence):
         duration: float,
         start_method: str,
         world_size: int,
+        memory: dict[int, list[dict[str, Any]]] | None = None,
     ) -> None:
         self.values = values
         self.ranks = ranks
@@ -45,6 +48,7 @@ class LaunchResult(Sequence):
         self.world_size = world_size
         self.restarts = 0  # how many times the ranks were started again (max_restarts)
         self.failures: list[Exception] = []  # the error that ended each earlier attempt
+        self.memory = memory if memory is not None else {}
 
     @overload
     def __getitem__(self, index: int) -> Any: ...
@@ -271,3 +275,4 @@ class RunRecord:
     exitcodes: dict[int, int] = field(default_factory=dict)
     checkpoint: str | None = None  # the last folder save_state() completed
     preempted: dict[int, str | None] = field(default_factory=dict)  # rank -> the signal it got (if it did)
+    memory: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # a MemoryRecord

@@ -111,10 +111,14 @@ def run_prepared(spec: WorkerSpec, target: Any, msg_conn: Connection) -> None:
     from ..runtime.state import exit_without_teardown
 
     exit_without_teardown()
+    from ..memory import return_freed_memory_to_os
     from .channel import WorkerChannel
+    from .memory_sampler import MemorySampler
 
     channel = WorkerChannel(msg_conn)
     channel.send_started()
+    return_freed_memory_to_os()
+    sampler = MemorySampler(channel.telemetry_sink).start()
     exit_code = 0
     try:
         if spec.threads is not None:
@@ -127,9 +131,11 @@ def run_prepared(spec: WorkerSpec, target: Any, msg_conn: Connection) -> None:
         fn, args, kwargs = target if spec.payload is None else _load_payload(spec.payload)
         _count_collectives()
         value = fn(*args, **kwargs)
+        sampler.stop()
         _send_result(channel, value, spec.rank)
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent
         exit_code = 1
+        sampler.stop()
         _report(channel, _without_own_frames(exc))
     finally:
         _flush()
