@@ -1,11 +1,12 @@
 """Worker entry of `notebook-launcher launch`: run the user's script as `python script.py` would.
 
 torch.distributed.run starts `python -u -m notebook_launcher.cli.bootstrap script|module TARGET
-ARGS...` in every worker. This shim adds two things to running the target. The worker dies with
+ARGS...` in every worker. This shim adds three things to running the target. The worker dies with
 the launcher: torchrun starts each worker in a session of its own, so a launcher killed with
 SIGKILL (an OOM killer, a scheduler, a test timeout) used to leave its workers running, holding
-GPUs. And when the script raises, it records the exception in the error file torchrun hands each worker
-(TORCHELASTIC_ERROR_FILE, written through torch's own ErrorHandler), so the launcher can name the
+GPUs. glibc is told to return freed tensors' memory to the system at once (see
+notebook_launcher/memory.py). And when the script raises, it records the exception in the error
+file torchrun hands each worker (TORCHELASTIC_ERROR_FILE, written through torch's own ErrorHandler), so the launcher can name the
 failing rank and show its traceback. Plain scripts do not write that file themselves (it needs
 torch's `@record` around an entry function).
 
@@ -105,6 +106,9 @@ def main(argv: list[str]) -> None:
         raise SystemExit(USAGE)
     kind, target, *args = argv
     die_with_launcher()
+    from ..memory import return_freed_memory_to_os
+
+    return_freed_memory_to_os()  # as in notebook_launch's workers: freed tensors go back to the system
     try:
         run_target(kind, target, args)
     except Exception as exc:

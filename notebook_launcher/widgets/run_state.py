@@ -12,7 +12,17 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..launch.events import MetricLogged, OutputLine, ProgressUpdate, RunFinished, RunRestarting, RunStarted
+from ..launch.events import (
+    MemorySampled,
+    MemoryWarning,
+    MetricLogged,
+    OutputLine,
+    ProgressUpdate,
+    RunFinished,
+    RunRestarting,
+    RunStarted,
+)
+from ..memory import format_bytes
 
 MAX_LINES_PER_RANK = 2000
 
@@ -54,6 +64,9 @@ class RunState:
     finished: RunFinished | None = None
     traceback_shown: bool = False
     restart: RunRestarting | None = None  # the last restart (max_restarts), shown in the status line
+    memory: dict[int, dict[str, Any]] = field(default_factory=dict)  # latest sample per rank
+    memory_peaks: dict[int, int] = field(default_factory=dict)
+    memory_warning: MemoryWarning | None = None
 
     # ------------------------------------------------------------------ events
     def apply(self, event: object) -> None:
@@ -78,6 +91,12 @@ class RunState:
             self.restart, self.finished, self.traceback_shown = event, None, False
             for rank in self.local_ranks:  # in every rank's output, where the failure was shown
                 self.apply(OutputLine(rank, "stderr", f"notebook_launch: {event.text}"))
+        elif isinstance(event, MemorySampled):
+            self.memory[event.rank] = event.sample
+            peak = event.sample.get("peak_rss", event.sample.get("rss", 0))
+            self.memory_peaks[event.rank] = max(peak, self.memory_peaks.get(event.rank, 0))
+        elif isinstance(event, MemoryWarning):
+            self.memory_warning = self.memory_warning or event
         elif isinstance(event, RunFinished):
             self.finished = event
             traceback = event.extra.get("traceback") if isinstance(event.extra, dict) else None
@@ -152,7 +171,10 @@ class RunState:
                 return "waiting for the launch to start"
             elapsed = (now or time.time()) - self.started_at
             again = f" · {self.restart.text}" if self.restart else ""
-            return f"running on {self.world_size} process(es) for {format_seconds(elapsed)}{again}"
+            running = f"running on {self.world_size} process(es) for {format_seconds(elapsed)}{again}"
+            if self.memory_warning is not None:
+                running += f" — memory is running out (rank {self.memory_warning.rank}), see below"
+            return running
         took = format_seconds(finished.duration)
         if finished.status == "done":
             return f"done in {took}"
@@ -162,6 +184,24 @@ class RunState:
         if finished.status == "stopped":
             return f"stopped after {took}"
         return f"timed out after {took}" + (f": {finished.error}" if finished.error else "")
+
+    def memory_text(self) -> str:
+        """'memory: rank 0 1.2 GiB (peak 1.4 GiB) · rank 1 …; machine 9.8 of 24 GiB', or ''."""
+        if not self.memory:
+            return ""
+        parts = []
+        for rank in sorted(self.memory):
+            sample = self.memory[rank]
+            text = f"rank {rank} {format_bytes(sample.get('rss', 0))} (peak {format_bytes(self.memory_peaks[rank])})"
+            if "gpu_allocated" in sample:
+                text += f", GPU {format_bytes(sample['gpu_allocated'])} (peak {format_bytes(sample.get('gpu_peak', 0))})"
+            parts.append(text)
+        last = self.memory[max(self.memory, key=lambda r: self.memory[r].get("time", 0))]
+        where = "machine" if last.get("limit_source") == "machine" else "limit"
+        total = (
+            f"; {where} {format_bytes(last.get('used', 0))} of {format_bytes(last.get('limit', 0))} in use"
+        )
+        return "memory: " + " · ".join(parts) + (total if last.get("limit") else "")
 
     def progress_text(self, rank: int) -> str:
         """'epoch 1 · step 12/100 · 0:05 left' for one rank, or '' before any progress."""

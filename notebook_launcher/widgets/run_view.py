@@ -55,6 +55,8 @@ class RunView(widgets.VBox):
         )
         self.stop_button.on_click(lambda _button: self.request_stop())
         self.hang_box = HangBox()  # Stacks button and the latest hang report
+        self.memory_line = widgets.HTML("", layout=widgets.Layout(display="none"))
+        self.memory_line.add_class("nl-memory")
         self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="320px"))
         self.progress_label = widgets.Label("")
         self.tabs = widgets.Tab(layout=widgets.Layout(width="100%"))
@@ -83,6 +85,7 @@ class RunView(widgets.VBox):
                     [self.heading, self.status, self.hang_box.button, self.stop_button],
                     layout=widgets.Layout(width="100%"),
                 ),
+                self.memory_line,
                 self.progress_row,
                 self.hang_box.pane,
                 self.tabs,
@@ -174,6 +177,7 @@ class RunView(widgets.VBox):
             self._draw_progress()
             self._draw_chart()
             self.status.value = self._status_html()
+            self._draw_memory()
             if self.state.finished is not None:
                 self.stop_button.disabled = True
                 self.stop_button.description = "Stop"
@@ -251,6 +255,18 @@ class RunView(widgets.VBox):
             series = {f"rank {r}" if len(ranks) > 1 else name: state.series(name, r) for r in ranks}
             where = "all ranks" if rank == ALL_RANKS else f"rank {rank}"
             self.chart.value = svg_chart(series, title=f"{name} ({where})")
+
+    def _draw_memory(self) -> None:
+        """Per-rank memory under the status line; a memory warning in red."""
+        text = self.state.memory_text()
+        warning = self.state.memory_warning
+        if not text and warning is None:
+            return
+        body = html.escape(text)
+        if warning is not None:
+            body += f'<br><span style="color:#c62828">{html.escape(warning.text)}</span>'
+        self.memory_line.value = f'<span style="font-size:12px;color:#555">{body}</span>'
+        self.memory_line.layout.display = ""
 
     def _status_html(self) -> str:
         finished = self.state.finished
