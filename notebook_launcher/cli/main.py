@@ -1,4 +1,5 @@
-"""`notebook-launcher`: launch | config | env | test — the same runs as `notebook_launch`, from a shell.
+"""`notebook-launcher`: launch | config | env | test — the same runs as `notebook_launch`, from a
+shell — plus estimate-memory and merge-weights (cli/estimate.py, cli/merge_weights.py).
 
 Exit status: 0 success; 1 the script failed on some rank (or the launch could not rendezvous);
 2 bad input (unknown flag, bad value, bad config file, missing script), always as one message
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from .torchrun import RunPlan
 
 PROG = "notebook-launcher"
-COMMANDS = ("launch", "config", "env", "test")
+COMMANDS = ("launch", "config", "env", "test", "estimate-memory", "merge-weights")
 OVERVIEW = f"""usage: {PROG} <command> [options]
 
 Run PyTorch training on several processes and machines (on torch.distributed.run).
@@ -33,6 +34,8 @@ commands:
   config show [--config_file F]     print the config a launch would use
   env [--config_file F]             versions, hardware and config, for bug reports
   test [flags]                      check that distributed training works here
+  estimate-memory MODEL [options]   bytes per rank per strategy for a model in your code
+  merge-weights CHECKPOINT OUTPUT   one weights file from a sharded FSDP/DeepSpeed checkpoint
 
 `{PROG} <command> --help` lists a command's options.
 """
@@ -71,6 +74,14 @@ def _dispatch(command: str | None, rest: list[str]) -> int:
         raise UsageError(
             f"unknown command {command!r}.{closest(command, COMMANDS)} Commands: {', '.join(COMMANDS)}."
         )
+    if command == "estimate-memory":
+        from .estimate import estimate_command
+
+        return estimate_command(rest, f"{PROG} {command}")
+    if command == "merge-weights":
+        from .merge_weights import merge_command
+
+        return merge_command(rest, f"{PROG} {command}")
     return {"launch": launch_command, "config": config_command, "env": env_command, "test": test_command}[
         command
     ](rest)
