@@ -1,41 +1,55 @@
-"""Per-rank memory and speed of DDP vs FSDP FULL_SHARD vs DeepSpeed ZeRO-3, side by side.
+"""Per-rank memory and speed of DDP vs FSDP FULL_SHARD vs DeepSpeed ZeRO-3, with and without
+sharded initialisation, beside `estimate_memory`'s figures.
 
     python benchmarks/sharding_memory.py               # ~50M-parameter transformer, 2 CPU processes
     python benchmarks/sharding_memory.py --width 512   # smaller and quicker
 
-Each strategy trains the same model (TransformerEncoderLayer blocks, AdamW, fp32) for a few steps
-on 2 processes launched with notebook_launch. Every rank then counts the bytes of the tensors it
-holds for the model and the optimizer:
+Each row trains the same model (TransformerEncoderLayer blocks, AdamW, fp32) for a few steps on
+2 processes launched with notebook_launch; "+ sharded init" builds it inside
+`accelerator.sharded_init()` (rank 0 builds it, the other ranks on the meta device). Every rank
+reports:
 
-- params: the rank's parameters (a DDP replica, an FSDP DTensor shard, a ZeRO-3 partition);
-- master: fp32 master copies held apart from them (DeepSpeed's, in mixed precision; in fp32
-  training ZeRO-3's master partition is the parameter partition itself, so it counts once);
-- optimizer: the optimizer's state (AdamW's two moments), local part only.
+- held bytes: its parameters (a DDP replica, an FSDP DTensor shard, a ZeRO-3 partition), its
+  gradients (`.grad` after backward; ZeRO-3's gradient partition buffer), and its optimizer state
+  plus any separate fp32 master copy. Storages are counted once (ZeRO-3's fp32 master partition
+  *is* the parameter partition in fp32 training). `estimate_memory` predicts the same three, and
+  the "meas/est" column is measured / estimated;
+- peak RSS growth: VmHWM minus VmRSS at the start of the function (the peak is reset there via
+  /proc/self/clear_refs). A forked worker starts with the pages it shares with the launching
+  process already resident (torch's libraries and heap, ~220 MiB here; ~280 MiB once the parent
+  imported deepspeed), which no strategy allocates; the growth is what the training added. The
+  raw VmHWM is shown too;
+- steps/s after one warm-up step; on a GPU, torch's peak allocated bytes.
 
-and reports its peak RSS (whole process) and steps/s after one warm-up step. Ratios are against
-DDP in the same run. Gradients are not counted (all three free or shard them differently within
-a step). This is a measurement, never an assertion.
+Ratios are against DDP in the same run. This is a measurement, never an assertion.
 """
 
 from __future__ import annotations
 
 import argparse
-import resource
+import contextlib
 import time
 
 import torch
 from torch import nn
 
 from notebook_launcher import notebook_launch
+from notebook_launcher.memory import process_memory, reset_peak
+from notebook_launcher.memory_estimate import estimate_memory
 
-STRATEGIES = {
-    "DDP": {},
-    "FSDP FULL_SHARD": {
-        "distributed_type": "FSDP",
-        "fsdp_config": {"fsdp_transformer_layer_cls_to_wrap": "TransformerEncoderLayer"},
-    },
-    "ZeRO-3": {"distributed_type": "DEEPSPEED", "deepspeed_config": {"zero_stage": 3}},
+FSDP = {
+    "distributed_type": "FSDP",
+    "fsdp_config": {"fsdp_transformer_layer_cls_to_wrap": "TransformerEncoderLayer"},
 }
+ZERO3 = {"distributed_type": "DEEPSPEED", "deepspeed_config": {"zero_stage": 3}}
+ROWS = {  # name: (launch options, sharded init, estimate_memory's strategy)
+    "DDP": ({}, False, "DDP"),
+    "FSDP FULL_SHARD": (FSDP, False, "FSDP FULL_SHARD"),
+    "  + sharded init": (FSDP, True, "FSDP FULL_SHARD"),
+    "ZeRO-3": (ZERO3, False, "ZeRO-3"),
+    "  + sharded init ": (ZERO3, True, "ZeRO-3"),
+}
+MIB = 2**20
 
 
 def build_model(width: int, layers: int) -> nn.Module:
@@ -47,18 +61,17 @@ def build_model(width: int, layers: int) -> nn.Module:
 
 
 def _storages(tensors) -> dict[int, int]:
-    """{storage address: bytes} of the local tensors behind `tensors`. Counting storages, not
-    tensors, counts memory once where two names share it (ZeRO-3's fp32 "master" partition *is* the
-    parameter partition in fp32 training; each parameter is a view into one flat buffer)."""
+    """{storage address: bytes} of the local tensors behind `tensors` (each storage once)."""
     found = {}
     for t in tensors:
-        if hasattr(t, "ds_tensor"):
-            t = t.ds_tensor
-        if hasattr(t, "to_local"):
-            t = t.to_local()
-        storage = t.untyped_storage()
-        if storage.nbytes():
-            found[storage.data_ptr()] = storage.nbytes()
+        if t is None:
+            continue
+        # a ZeRO-3 parameter: its partition, plus its full data where ZeRO-3 keeps it (persistent)
+        for part in (t.ds_tensor, t.data) if hasattr(t, "ds_tensor") else (t,):
+            part = part.to_local() if hasattr(part, "to_local") else part
+            storage = part.untyped_storage()
+            if storage.nbytes():
+                found[storage.data_ptr()] = storage.nbytes()
     return found
 
 
@@ -66,23 +79,15 @@ def _state_tensors(state: dict) -> list[torch.Tensor]:
     return [v for per_param in state.values() for v in per_param.values() if isinstance(v, torch.Tensor)]
 
 
-def measure(width: int, layers: int, steps: int, batch: int, seq: int) -> dict:
-    from notebook_launcher import Accelerator
+def _gradients(model: nn.Module) -> dict[int, int]:
+    zero = getattr(getattr(model, "optimizer", None), "grad_partitions_flat_buffer", None)
+    if zero is not None:  # DeepSpeed ZeRO-3: one flat buffer of this rank's gradient partitions
+        return _storages([zero])
+    return _storages(p.grad for p in model.parameters())
 
-    accelerator = Accelerator()
-    model = build_model(width, layers)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    g = torch.Generator().manual_seed(accelerator.process_index)
-    x = torch.randn(batch, seq, width, generator=g)
-    times = []
-    for _ in range(steps + 1):
-        start = time.perf_counter()
-        loss = model(x).pow(2).mean()
-        accelerator.backward(loss)
-        optimizer.step()
-        optimizer.zero_grad()
-        times.append(time.perf_counter() - start)
+
+def held_bytes(accelerator, model, optimizer, grads: dict[int, int]) -> dict[str, int]:
+    """Bytes of parameters, gradients and optimizer state (+ separate master copies) this rank holds."""
     inner = optimizer.optimizer
     engine_optimizer = getattr(inner, "engine", None)
     if engine_optimizer is not None:  # DeepSpeed: the ZeRO optimizer holds masters + the torch state
@@ -100,16 +105,48 @@ def measure(width: int, layers: int, steps: int, batch: int, seq: int) -> dict:
         masters = {}
         optim = _storages(_state_tensors(inner.state))
     masters = {ptr: n for ptr, n in masters.items() if ptr not in params}  # a separate copy only
-    total_params = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    accelerator.end_training()
     return {
         "params": sum(params.values()),
-        "master": sum(masters.values()),
-        "optimizer": sum(optim.values()),
-        "peak_rss_mib": peak_mib,
+        "grads": sum(grads.values()),
+        "optimizer": sum(optim.values()) + sum(masters.values()),
+    }
+
+
+def measure(
+    width: int, layers: int, steps: int, batch: int, seq: int, sharded_init: bool = False
+) -> dict[str, float]:
+    """Train a few steps; what this rank held, its peak RSS growth and its speed."""
+    from notebook_launcher import Accelerator
+
+    reset_peak()
+    start = process_memory().rss
+    accelerator = Accelerator()
+    with accelerator.sharded_init() if sharded_init else contextlib.nullcontext():
+        model = build_model(width, layers)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    g = torch.Generator().manual_seed(accelerator.process_index)
+    x = torch.randn(batch, seq, width, generator=g).to(accelerator.device)
+    times, grads = [], {}
+    for step in range(steps + 1):
+        begin = time.perf_counter()
+        loss = model(x).pow(2).mean()
+        accelerator.backward(loss)
+        if step == 0:  # the warm-up step is not timed: look at the gradients there
+            grads = _gradients(model)
+        optimizer.step()
+        optimizer.zero_grad()
+        times.append(time.perf_counter() - begin)
+    held = held_bytes(accelerator, model, optimizer, grads)
+    peak = process_memory().peak_rss
+    gpu = torch.cuda.max_memory_allocated(accelerator.device) if accelerator.device.type == "cuda" else 0
+    accelerator.end_training()
+    return {
+        **held,
+        "rss_growth": peak - start,
+        "peak_rss": peak,
+        "gpu_peak": gpu,
         "steps_per_s": steps / sum(times[1:]),
-        "num_params": total_params,
     }
 
 
@@ -123,49 +160,64 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2)
     args = parser.parse_args()
     kwargs = dict(width=args.width, layers=args.layers, steps=args.steps, batch=args.batch, seq=args.seq)
+    estimate = estimate_memory(lambda: build_model(args.width, args.layers), args.processes)
     rows = {}
-    for name, options in STRATEGIES.items():
+    for name, (options, sharded, _) in ROWS.items():
         try:
             result = notebook_launch(
-                measure, kwargs=kwargs, num_processes=args.processes, timeout=1800, **options
+                measure,
+                kwargs=dict(kwargs, sharded_init=sharded),
+                num_processes=args.processes,
+                timeout=1800,
+                quiet=True,
+                **options,
             )
         except Exception as error:  # e.g. DeepSpeed not installed: report, keep the other rows
             print(f"{name}: not measured ({type(error).__name__}: {str(error).splitlines()[0]})")
             continue
         rows[name] = [result[rank] for rank in range(args.processes)]
-    report(rows, args)
+    report(rows, estimate, args)
 
 
-def report(rows: dict, args: argparse.Namespace) -> None:
+def report(rows: dict, estimate, args: argparse.Namespace) -> None:
     if "DDP" not in rows:
         print("DDP did not run; no baseline to compare with.")
         return
-    n = rows["DDP"][0]["num_params"]
+    gpu = any(r["gpu_peak"] for per_rank in rows.values() for r in per_rank)
     print(
-        f"\n{n / 1e6:.1f}M parameters, {args.processes} processes, fp32 AdamW, batch {args.batch}x{args.seq}"
+        f"\n{estimate.num_parameters / 1e6:.1f}M parameters, {args.processes} processes, fp32 AdamW, "
+        f"batch {args.batch}x{args.seq}; MiB per rank (the larger of the ranks)"
     )
-    header = f"{'strategy':<16} {'params MiB':>10} {'master MiB':>10} {'optim MiB':>10} {'total MiB':>10} {'x DDP':>6} {'peak RSS MiB':>13} {'x DDP':>6} {'steps/s':>8} {'x DDP':>6}"
+    header = (
+        f"{'':<18}{'params':>8}{'grads':>8}{'optim':>8}{'total':>8}{'est.':>8}{'meas/est':>9}"
+        f"{'peak RSS growth':>16}{'x DDP':>6}{'raw peak':>9}{'steps/s':>8}{'x DDP':>6}"
+        + (f"{'GPU peak':>9}{'x DDP':>6}" if gpu else "")
+    )
     print(header)
     print("-" * len(header))
-    mib = 2**20
 
     def worst(name: str, key: str) -> float:
         return max(r[key] for r in rows[name])
 
     def total(name: str) -> float:
-        return max(r["params"] + r["master"] + r["optimizer"] for r in rows[name])
+        return max(r["params"] + r["grads"] + r["optimizer"] for r in rows[name])
 
-    base_total, base_rss = total("DDP"), worst("DDP", "peak_rss_mib")
+    base_growth, base_gpu = worst("DDP", "rss_growth"), worst("DDP", "gpu_peak")
     base_speed = min(r["steps_per_s"] for r in rows["DDP"])
-    for name in rows:
-        speed = min(r["steps_per_s"] for r in rows[name])
-        print(
-            f"{name:<16} {worst(name, 'params') / mib:>10.1f} {worst(name, 'master') / mib:>10.1f} "
-            f"{worst(name, 'optimizer') / mib:>10.1f} {total(name) / mib:>10.1f} {total(name) / base_total:>6.2f} "
-            f"{worst(name, 'peak_rss_mib'):>13.0f} {worst(name, 'peak_rss_mib') / base_rss:>6.2f} "
-            f"{speed:>8.2f} {speed / base_speed:>6.2f}"
+    for name, per_rank in rows.items():
+        est = estimate.find(ROWS[name][2], processes=args.processes).total
+        speed = min(r["steps_per_s"] for r in per_rank)
+        line = (
+            f"{name:<18}{worst(name, 'params') / MIB:>8.1f}{worst(name, 'grads') / MIB:>8.1f}"
+            f"{worst(name, 'optimizer') / MIB:>8.1f}{total(name) / MIB:>8.1f}{est / MIB:>8.1f}"
+            f"{total(name) / est:>9.3f}{worst(name, 'rss_growth') / MIB:>16.0f}"
+            f"{worst(name, 'rss_growth') / base_growth:>6.2f}{worst(name, 'peak_rss') / MIB:>9.0f}"
+            f"{speed:>8.2f}{speed / base_speed:>6.2f}"
         )
-    print("(per rank, the larger of the ranks; goal: FULL_SHARD and ZeRO-3 total <= 0.55 x DDP)")
+        if gpu:
+            line += f"{worst(name, 'gpu_peak') / MIB:>9.0f}{worst(name, 'gpu_peak') / max(base_gpu, 1):>6.2f}"
+        print(line)
+    print("(goal: FULL_SHARD and ZeRO-3 with sharded init, peak RSS growth <= 0.6 x DDP's; est. within 10%)")
 
 
 if __name__ == "__main__":

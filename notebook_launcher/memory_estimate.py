@@ -13,8 +13,8 @@ What is counted, per rank (the rank holding the most), as the strategies here re
 - ZeRO: DeepSpeed casts parameters and gradients to 16 bits in fp16/bf16 and keeps an fp32
   master partition; in fp32 stage 1/2 still keep a separate fp32 partition, stage 3 (here) does
   not (runtime/strategies/deepspeed/memory.py). Stage 1 partitions optimizer state, 2 also
-  gradients, 3 also parameters — except parameters of at most `stage3_param_persistence_threshold`
-  elements (default 100000), which ZeRO-3 keeps whole on every rank.
+  gradients, 3 also parameters — a parameter of at most `stage3_param_persistence_threshold`
+  elements (default 100000) ZeRO-3 also keeps whole on every rank, beside its partition.
 - Offload: FSDP `fsdp_offload_params` keeps shards, gradients and optimizer state in CPU memory;
   ZeRO `offload_optimizer` moves optimizer state, master and (stage 2/3) gradient partitions,
   and stage 3's `offload_param` the parameter partitions. Offloaded bytes are shown apart.
@@ -218,13 +218,14 @@ def _zero(params, trainable, stage, n, precision, states, offload) -> EstimateRo
         return 2 if half and p.element_size == 4 else p.element_size
 
     def part(p: Param) -> int:
-        if stage == 3 and p.numel <= PERSISTENCE_THRESHOLD:
-            return p.numel  # persistent: kept whole on every rank
         return math.ceil(p.numel / n)
 
-    params_b = sum((part(p) if stage == 3 else p.numel) * size(p) for p in params)
+    def held(p: Param) -> int:  # ZeRO-3 keeps a small ("persistent") parameter whole besides its partition
+        return part(p) + (p.numel if p.numel <= PERSISTENCE_THRESHOLD else 0)
+
+    params_b = sum((held(p) if stage == 3 else p.numel) * size(p) for p in params)
     grads_b = sum((part(p) if stage >= 2 else p.numel) * size(p) for p in trainable)
-    opt_numel = sum(part(p) if stage == 3 else math.ceil(p.numel / n) for p in trainable)
+    opt_numel = sum(part(p) for p in trainable)
     master = 0 if (stage == 3 and not half and not offload) else 4 * opt_numel
     opt_b = states * 4 * opt_numel + master
     cpu = 0
