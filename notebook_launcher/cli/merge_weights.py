@@ -64,10 +64,10 @@ def merge_weights(source: Path, output: Path, *, safe: bool = True) -> Path:
     if not source.is_dir():
         raise UsageError(f"checkpoint directory {str(source)!r} does not exist or is not a folder.")
     kind, where = detect(source)
-    state = _from_dcp(where) if kind == "dcp" else _from_deepspeed(*where)
+    output.mkdir(parents=True, exist_ok=True)
+    state = _from_dcp(where, output) if kind == "dcp" else _from_deepspeed(*where)
     if not state:
         raise UsageError(f"{str(source)!r} holds no model weights.")
-    output.mkdir(parents=True, exist_ok=True)
     target = output / (SAFE_WEIGHTS_NAME if safe else WEIGHTS_NAME)
     _save(state, target, safe)
     return target
@@ -96,12 +96,19 @@ def detect(source: Path) -> tuple[str, Any]:
     )
 
 
-def _from_dcp(folder: Path) -> dict[str, Any]:
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+def _from_dcp(folder: Path, scratch_in: Path) -> dict[str, Any]:
+    """The checkpoint's tensors, read in this one process (torch's own dcp -> torch.save converter,
+    through a scratch file next to the output)."""
+    import tempfile
+    import warnings
 
-    state: dict[str, Any] = {}
-    dcp.load(state, checkpoint_id=str(folder), planner=_EmptyStateDictLoadPlanner(), no_dist=True)
+    import torch
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    with tempfile.TemporaryDirectory(dir=scratch_in) as scratch, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")  # one process: intended
+        dcp_to_torch_save(str(folder), Path(scratch) / "state.pt")
+        state = torch.load(Path(scratch) / "state.pt", map_location="cpu", weights_only=True)
     if set(state) == {"model"}:  # save_state writes {"model": ...}
         state = state["model"]
     elif "optimizer" in state or "state" in state:

@@ -7,7 +7,10 @@ shape and a dtype but no memory, so building even a model that would not fit cos
 
 Same names, arguments and meaning as `accelerate.init_empty_weights`: buffers stay real unless
 `include_buffers=True` (or the environment variable ACCELERATE_INIT_INCLUDE_BUFFERS is true),
-because buffers are small and often computed (a causal mask) rather than learned.
+because buffers are small and often computed (a causal mask) rather than learned. As in
+Accelerate, a module's `torch.empty` weight is allocated for a moment before it moves to the meta
+device: never written, so it never becomes resident (the largest single parameter must fit in
+virtual memory).
 """
 
 from __future__ import annotations
