@@ -66,7 +66,10 @@ def test_fsdp_notebook(tmp_path):
         ' "weight_scale": max(w.abs().max().item() for w in ddp[0]["weights"].values()),'
         ' "continuations": continuations,'
         ' "shards": sorted(p.name for p in (checkpoint / "pytorch_model_fsdp_0").glob("*.distcp")),'
-        ' "resumed_losses": resumed[0]["losses"], "resumed_memory": resumed[0]["memory"]}',
+        ' "resumed_losses": resumed[0]["losses"], "resumed_memory": resumed[0]["memory"],'
+        ' "sharded_same": sharded_same, "built_on_meta": [built[r]["built_on_meta"] for r in range(2)],'
+        ' "sharded_held": [built[r]["parameters"] for r in range(2)], "estimated": estimated.parameters,'
+        ' "peaks": [built.memory.peak_rss(r) for r in range(2)]}',
         tmp_path,
     )
     assert facts["kind"] == facts["grad_op_kind"] == "FSDP"  # the seed YAML's strategy reached the workers
@@ -93,6 +96,11 @@ def test_fsdp_notebook(tmp_path):
     assert len(facts["resumed_losses"]) == 32  # one more epoch: 512 sentences in batches of 16, one process
     assert facts["resumed_memory"]["parameters"] == total
     assert "parameters 401 KiB (50% of the model)" in text
+    # 6. sharded initialisation: rank 1 built nothing, the weights are the ordinary ones, as estimated
+    assert facts["built_on_meta"] == [False, True] and facts["sharded_same"] is True
+    assert facts["sharded_held"][0] == facts["estimated"] and sum(facts["sharded_held"]) == total
+    assert all(peak > 0 for peak in facts["peaks"])
+    assert "FSDP FULL_SHARD" in text and "ZeRO-3" in text  # the estimate table was printed
 
 
 @pytest.mark.timeout(300)
