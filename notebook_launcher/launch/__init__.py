@@ -2,9 +2,11 @@
 
 `notebook_launch` / `start_launch` (notebook.py) plan a run (planning.py), start and watch the
 workers (supervisor.py, worker.py, channel.py), and hand back a LaunchResult or a WorkerError
-(result.py). Events (events.py) feed observers such as the RunView.
+(result.py). Events (events.py) feed observers such as the RunView. Each worker runs a
+memory_sampler.py thread; telemetry_intake.py and memory_watch.py turn metrics, progress and memory
+samples into events, `result.memory` and the warning before the limit.
 
-Imports: config, hardware, errors; the runtime only inside workers. Imported by the public face,
+Imports: config, hardware, memory, errors; the runtime only inside workers. Imported by the public face,
 widgets, clusters and interactive. Never by runtime or cli. Widgets only lazily, for view=True.
 """
 
