@@ -125,6 +125,7 @@ def measure(
         model = build_model(width, layers)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     model, optimizer = accelerator.prepare(model, optimizer)
+    prepare_peak = process_memory().peak_rss - start
     g = torch.Generator().manual_seed(accelerator.process_index)
     x = torch.randn(batch, seq, width, generator=g).to(accelerator.device)
     times, grads = [], {}
@@ -144,6 +145,7 @@ def measure(
     return {
         **held,
         "rss_growth": peak - start,
+        "prepare_peak": prepare_peak,
         "peak_rss": peak,
         "gpu_peak": gpu,
         "steps_per_s": steps / sum(times[1:]),

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 LIMIT_ENV = "NOTEBOOK_LAUNCHER_MEMORY_LIMIT"  # bytes (or 8G, 512M): warn against this, not the machine
+THRESHOLD_ENV = "NOTEBOOK_LAUNCHER_MMAP_THRESHOLD"  # bytes; 0 keeps glibc's own (dynamic) threshold
 _M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
 MMAP_THRESHOLD = 1 << 20
 
@@ -75,10 +76,17 @@ def return_freed_memory_to_os() -> bool:
     By default glibc raises its mmap threshold each time a large block is freed, so the memory of
     freed tensors stays in the heap: RSS then shows the high-water mark, and the heap fragments.
     With a fixed threshold large tensors are mapped and unmapped, so the peak is that of the
-    tensors alive together. Called first thing in launched workers; False where not glibc."""
+    tensors alive together. Called first thing in launched workers; False where not glibc, or
+    when NOTEBOOK_LAUNCHER_MMAP_THRESHOLD=0 asks to keep glibc's behaviour (it sets another size)."""
+    try:
+        threshold = parse_bytes(os.environ.get(THRESHOLD_ENV) or str(MMAP_THRESHOLD), THRESHOLD_ENV)
+    except ValueError:
+        threshold = 0  # "0" (or nonsense): leave glibc alone
+    if threshold == 0:
+        return False
     try:
         libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, threshold))
     except (OSError, AttributeError):
         return False
 

@@ -23,6 +23,7 @@ from sharding_memory import FSDP, ZERO3, build_model, measure  # noqa: E402
 
 SIZE = dict(width=768, layers=4, steps=2, batch=4, seq=32)
 ROWS = {"DDP": ({}, "DDP"), "FSDP": (FSDP, "FSDP FULL_SHARD"), "ZeRO-3": (ZERO3, "ZeRO-3")}
+MODEL_BYTES = 4 * sum(p.numel() for p in build_model(SIZE["width"], SIZE["layers"]).parameters())
 
 pytestmark = pytest.mark.slow
 
@@ -59,3 +60,13 @@ def test_the_estimate_is_within_ten_percent_of_what_ranks_hold(measured, name):
             "optimizer": estimate.optimizer,
         }
         assert held == pytest.approx(predicted[field], rel=0.10), f"{name} {field}"
+
+
+def test_with_sharded_init_rank_1_never_holds_the_whole_model(measured):
+    """Built on the meta device and filled shard by shard: rank 1's peak up to the end of prepare
+    stays well under one copy of the model (its half of the weights plus gloo's buffers)."""
+    fsdp_rank1 = measured["FSDP"][1]["prepare_peak"]
+    assert fsdp_rank1 < 0.75 * MODEL_BYTES, (
+        f"{fsdp_rank1 / 2**20:.0f} MiB, model {MODEL_BYTES / 2**20:.0f} MiB"
+    )
+    assert measured["DDP"][1]["prepare_peak"] >= MODEL_BYTES  # an ordinary build holds it all
