@@ -41,12 +41,14 @@ MODELS = {"transformer": TinyTransformer, "mlp": MLP, "raw": WithRawParameter}
 
 
 def build(accelerator: Accelerator, how: str, kind: str = "transformer") -> nn.Module:
-    """Seed 0, then the model built the way `how` says: ordinary, sharded_init, meta."""
+    """Seed 0, then the model built the way `how` says: ordinary, sharded_init, meta (every rank),
+    meta_but_rank0 (by hand: init_empty_weights on every rank but the first)."""
     torch.manual_seed(0)
     context = {
         "ordinary": contextlib.nullcontext,
         "sharded_init": accelerator.sharded_init,
         "meta": init_empty_weights,
+        "meta_but_rank0": init_empty_weights if not accelerator.is_main_process else contextlib.nullcontext,
     }[how]()
     with context:
         return MODELS[kind]()
@@ -80,7 +82,7 @@ def init_then_train(
         accelerator.save_state(save_to)
     if load_from:
         accelerator.load_state(load_from)
-    initial = accelerator.get_state_dict(model)
+    initial = {k: v.clone() for k, v in accelerator.get_state_dict(model).items()}  # DDP's are live
     pieces = {name: local_part(p) for name, p in accelerator.unwrap_model(model).named_parameters()}
     losses = []
     for _ in range(epochs):

@@ -130,6 +130,23 @@ def test_fsdp_meta_everywhere_without_weights_resets_each_shard_apart():
     assert result[0]["losses"][-1] < result[0]["losses"][0]
 
 
+# --------------------------------------------------- DDP and one process
+def test_ddp_takes_rank_0s_weights_into_meta_built_ranks():
+    ordinary = notebook_launch(init_then_train, args=("ordinary",), num_processes=2, timeout=TIMEOUT)
+    result = notebook_launch(init_then_train, args=("meta_but_rank0",), num_processes=2, timeout=TIMEOUT)
+    assert result[1]["meta"] is True
+    for rank in (0, 1):
+        assert_bitwise(result[rank]["initial"], ordinary_weights())
+        assert_bitwise(result[rank]["trained"], ordinary[rank]["trained"])
+
+
+def test_one_process_meta_model_is_reset_and_trains():
+    result = notebook_launch(init_then_train, args=("meta",), num_processes=1, timeout=TIMEOUT)
+    weight = result[0]["initial"]["blocks.0.linear1.weight"]
+    assert result[0]["meta"] and 0 < weight.abs().max() <= 1 / 16**0.5  # nn.Linear's own init
+    assert result[0]["losses"][-1] < result[0]["losses"][0]
+
+
 # -------------------------------------------------------------- DeepSpeed
 def _zero3(**fields):
     return dict(distributed_type="DEEPSPEED", deepspeed_config={"zero_stage": 3, **fields})

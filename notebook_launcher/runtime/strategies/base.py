@@ -17,6 +17,7 @@ from torch import nn
 from ...config import LaunchConfig
 from ..precision import Precision
 from ..state import ProcessState
+from .materialize import materialize_whole, rebind_optimizer
 
 
 class Strategy:
@@ -39,6 +40,7 @@ class Strategy:
         self.ddp_kwargs = dict(ddp_kwargs or {})
         # The Accelerator's GradientState (sync_gradients, num_steps); DeepSpeed needs the boundary.
         self.gradient_state = gradient_state
+        self._replaced: dict[int, nn.Parameter] = {}  # meta parameters given memory in wrap_model
 
     # ---------------------------------------------------------------- prepare
     def prepare_together(self, objects: list[Any]) -> list[Any]:
@@ -65,6 +67,7 @@ class Strategy:
     # ----------------------------------------------------------------- models
     def wrap_model(self, model: nn.Module, *, device_placement: bool = True) -> nn.Module:
         """Place the model and wrap it for this strategy; returns what training should call."""
+        self.materialize(model)
         if device_placement:
             model = model.to(self.state.device)
         model = self.convert_precision(model)
@@ -81,7 +84,15 @@ class Strategy:
             else:
                 return model
 
+    def materialize(self, model: nn.Module) -> None:
+        """A model built on the meta device (init_empty_weights) gets a whole copy on this rank:
+        rank 0's weights where rank 0 has them, else its modules' reset_parameters()."""
+        note = materialize_whole(model, self.state.device, self._replaced)
+        if note and self.state.is_main_process:
+            print(f"notebook_launcher: {note}", flush=True)
+
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer, models: list[nn.Module]) -> Any:
+        rebind_optimizer(optimizer, self._replaced)  # it was created from meta parameters
         return optimizer
 
     # --------------------------------------------------------------- training

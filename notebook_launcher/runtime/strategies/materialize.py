@@ -117,6 +117,39 @@ def restore_buffers(model: nn.Module, saved: dict[str, torch.Tensor]) -> list[st
     return empty
 
 
+def materialize_buffers(model: nn.Module, device: torch.device) -> list[str]:
+    """Zero-filled memory for buffers built on the meta device; returns their names."""
+    names = []
+    for module_name, module in model.named_modules():
+        for name, buffer in list(module._buffers.items()):
+            if buffer is not None and buffer.is_meta:
+                module._buffers[name] = torch.zeros_like(buffer, device=device)
+                names.append(f"{module_name}.{name}" if module_name else name)
+    return names
+
+
+def materialize_whole(
+    model: nn.Module, device: torch.device, replaced: dict[int, nn.Parameter]
+) -> str | None:
+    """For strategies that keep a whole copy per rank: give a (partly) meta-device model real
+    tensors on `device`, with rank 0's values where rank 0 has them, else `reset_parameters()`.
+    `replaced` collects the parameters that were swapped (to re-bind an optimizer). Returns a note
+    when some tensors could not be initialised."""
+    source = weights_source(model, device)
+    if source == LOCAL:
+        return None
+    owners = meta_parameter_owners(model) if source == NONE else set()
+    for _ in materialized_parameters(model, device, replaced=replaced):
+        pass
+    meta_born = materialize_buffers(model, device)
+    without = reset_modules(model, owners)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        with torch.no_grad():
+            for tensor in [*model.parameters(), *model.buffers()]:
+                dist.broadcast(tensor.data, src=0)
+    return describe_uninitialised(without, meta_born if source == NONE else [])
+
+
 def broadcast_buffers(model: nn.Module) -> None:
     """Every rank takes rank 0's buffers (they are replicated, never sharded)."""
     if not dist.is_initialized() or dist.get_world_size() == 1:

@@ -65,35 +65,18 @@ def materialize_for_engine(
     when some tensors could not be initialised."""
     if any(hasattr(p, "ds_id") for p in model.parameters()):
         return None  # built under zero.Init: partitioned already
-    source = mat.weights_source(model, device)
-    if source == mat.LOCAL:
-        return None
     replaced: dict[int, nn.Parameter] = {}
-    meta_born = _materialize_buffers(model, device)
-    mat.broadcast_buffers(model)
-    if source == mat.RANK0 and engine_config.zero_stage == 3:
+    if engine_config.zero_stage == 3 and mat.weights_source(model, device) == mat.RANK0:
+        mat.materialize_buffers(model, device)
+        mat.broadcast_buffers(model)
         feeder = _OneParameterAtATime(model, device, engine_dtype(engine_config.config), replaced)
         join_deepspeed_comm(deepspeed)
         deepspeed.zero.Init(module=feeder, config_dict_or_path=engine_config.config)
-        mat.rebind_optimizer(optimizer, replaced)
-        return None
-    owners = mat.meta_parameter_owners(model) if source == mat.NONE else set()
-    for _ in mat.materialized_parameters(model, device, replaced=replaced):
-        pass
+        note = None
+    else:  # a whole copy per rank first (ZeRO-1/2 keep one; with no weights anywhere, reset_parameters)
+        note = mat.materialize_whole(model, device, replaced)
     mat.rebind_optimizer(optimizer, replaced)
-    without = mat.reset_modules(model, owners)
-    return mat.describe_uninitialised(without, meta_born if source == mat.NONE else [])
-
-
-def _materialize_buffers(model: nn.Module, device: torch.device) -> list[str]:
-    """Zero-filled memory for buffers built on the meta device; returns their names."""
-    names = []
-    for module_name, module in model.named_modules():
-        for name, buffer in list(module._buffers.items()):
-            if buffer is not None and buffer.is_meta:
-                module._buffers[name] = torch.zeros_like(buffer, device=device)
-                names.append(f"{module_name}.{name}" if module_name else name)
-    return names
+    return note
 
 
 class _OneParameterAtATime(nn.Module):
