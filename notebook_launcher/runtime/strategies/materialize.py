@@ -45,10 +45,8 @@ def weights_source(model: nn.Module, device: torch.device, rank0_requested: bool
 
 
 def parameters_to_meta(model: nn.Module) -> None:
-    """Replace every parameter by an empty one on the meta device (tied parameters stay tied).
-
-    New Parameter objects: a tensor cannot change device under the same object. Whoever still
-    holds an old one (an optimizer created before prepare) keeps its memory until re-bound."""
+    """Replace every parameter by an empty one on the meta device (tied parameters stay tied), and
+    release the old ones' memory (see release_storage)."""
     replaced: dict[int, nn.Parameter] = {}
     for module in model.modules():
         for name, param in list(module._parameters.items()):
@@ -57,7 +55,18 @@ def parameters_to_meta(model: nn.Module) -> None:
             if id(param) not in replaced:
                 empty = torch.empty_like(param, device="meta")
                 replaced[id(param)] = nn.Parameter(empty, requires_grad=param.requires_grad)
+                release_storage(param)
             module._parameters[name] = replaced[id(param)]
+
+
+def release_storage(param: torch.Tensor) -> None:
+    """Let a replaced parameter's memory go now. A tensor cannot change device under the same
+    object, so sharding makes new Parameter objects; the old ones live on in an optimizer created
+    before prepare (until it is re-bound) and would keep a full copy of the model alive meanwhile.
+    Whoever still needs the values holds another reference to them (a detached view)."""
+    if not param.is_meta:
+        with torch.no_grad():
+            param.data = torch.empty(0, dtype=param.dtype, device=param.device)
 
 
 def materialized_parameters(

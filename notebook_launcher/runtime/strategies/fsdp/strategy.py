@@ -42,7 +42,7 @@ from torch.distributed.fsdp import (
 from ....errors import AcceleratorError, ConfigError
 from ...big_modeling import init_empty_weights
 from ..base import Strategy
-from ..materialize import LOCAL, weights_source
+from ..materialize import LOCAL, release_storage, weights_source
 from ..process_group import ensure_process_group
 from . import checkpoint as ckpt
 from . import plan as fsdp_plan
@@ -114,9 +114,13 @@ class FSDPStrategy(Strategy):
         options = self._shard_options()
 
         def shard() -> None:
-            for layer in layers:
-                fully_shard(layer, **options)
-            fully_shard(model, **options)
+            for unit in [*layers, model]:
+                old = list(unit.parameters())
+                fully_shard(unit, **options)
+                kept = {id(p) for p in unit.parameters()}
+                for param in old:  # the unit's full copy is not needed once its shards exist
+                    if id(param) not in kept:
+                        release_storage(param)
 
         if source == LOCAL:
             shard()
