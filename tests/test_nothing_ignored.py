@@ -112,10 +112,11 @@ def test_zero3_init_flag_registers_the_config_with_transformers(monkeypatch):
     assert seen[0] == "unset" and seen[1]["zero_optimization"]["stage"] == 3
     assert register_with_transformers(deepspeed(zero_stage=3), world_size=2) is None  # flag off: nothing
 
-    monkeypatch.setitem(sys.modules, "transformers", None)  # not installed
+    # Not installed: nothing to register; the flag still acts through accelerator.sharded_init()
+    # (zero.Init for plain torch models, tests/test_sharded_init.py).
+    monkeypatch.setitem(sys.modules, "transformers", None)
     monkeypatch.delitem(sys.modules, "transformers.integrations")
-    with pytest.raises(ConfigError, match="pip install transformers"):
-        register_with_transformers(deepspeed(zero_stage=3, zero3_init_flag=True), world_size=2)
+    assert register_with_transformers(deepspeed(zero_stage=3, zero3_init_flag=True), world_size=2) is None
 
 
 def test_deepspeed_multinode_launcher():

@@ -36,6 +36,12 @@ def sharded_init_context(deepspeed: Any, engine_config: Any, is_main_process: bo
     return contextlib.nullcontext() if is_main_process else init_empty_weights()
 
 
+UNPARTITIONED_NOTE = (
+    "zero3_init_flag is set, but this model was built whole (not inside accelerator.sharded_init() nor by "
+    "transformers' from_pretrained), so every rank held all of it until prepare() partitioned it."
+)
+
+
 def join_deepspeed_comm(deepspeed: Any) -> None:
     """Let deepspeed.comm adopt torch's process group (zero.Init reads the world size from it;
     deepspeed.initialize would do the same, later)."""
@@ -59,6 +65,7 @@ def materialize_for_engine(
     deepspeed: Any,
     engine_config: Any,
     device: torch.device,
+    zero3_init_flag: bool = False,
 ) -> str | None:
     """Give a (partly) meta-device model its weights before the engine is built (an optimizer
     created from the empty parameters is re-bound to the real ones); returns a note for the user
@@ -66,6 +73,7 @@ def materialize_for_engine(
     if any(hasattr(p, "ds_id") for p in model.parameters()):
         return None  # built under zero.Init: partitioned already
     replaced: dict[int, nn.Parameter] = {}
+    flag_note = UNPARTITIONED_NOTE if zero3_init_flag and engine_config.zero_stage == 3 else None
     if engine_config.zero_stage == 3 and mat.weights_source(model, device) == mat.RANK0:
         mat.materialize_buffers(model, device)
         mat.broadcast_buffers(model)
@@ -76,7 +84,7 @@ def materialize_for_engine(
     else:  # a whole copy per rank first (ZeRO-1/2 keep one; with no weights anywhere, reset_parameters)
         note = mat.materialize_whole(model, device, replaced)
     mat.rebind_optimizer(optimizer, replaced)
-    return note
+    return " ".join(n for n in (flag_note, note) if n) or None
 
 
 class _OneParameterAtATime(nn.Module):

@@ -169,7 +169,12 @@ class DeepSpeedStrategy(Strategy):
             self.gradient_state.num_steps = engine_config.gradient_accumulation_steps
         model = self.convert_precision(model)
         note = materialize_for_engine(
-            model, optimizer, deepspeed=self.deepspeed, engine_config=engine_config, device=self.state.device
+            model,
+            optimizer,
+            deepspeed=self.deepspeed,
+            engine_config=engine_config,
+            device=self.state.device,
+            zero3_init_flag=bool(self.config.deepspeed_config.zero3_init_flag),
         )
         if note and self.state.is_main_process:
             print(f"notebook_launcher: {note}", flush=True)
