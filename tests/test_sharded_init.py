@@ -178,3 +178,7 @@ def test_zero3_sharded_init_gives_the_ordinary_weights_and_training(kind, deepsp
                                   timeout=TIMEOUT, **_zero3(zero3_init_flag=True))  # fmt: skip
         assert_bitwise(flagged[0]["initial"], ordinary_weights(kind))
         assert_bitwise(flagged[0]["trained"], ordinary[0]["trained"])
+        assert "zero3_init_flag is set" not in flagged.logs[0]
+        whole = notebook_launch(init_then_train, args=("ordinary", kind), kwargs={"epochs": 0}, num_processes=2,
+                                timeout=TIMEOUT, **_zero3(zero3_init_flag=True))  # fmt: skip
+        assert "zero3_init_flag is set, but this model was built whole" in whole.logs[0]  # said, not ignored

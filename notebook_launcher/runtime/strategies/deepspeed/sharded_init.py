@@ -73,8 +73,10 @@ def materialize_for_engine(
     if any(hasattr(p, "ds_id") for p in model.parameters()):
         return None  # built under zero.Init: partitioned already
     replaced: dict[int, nn.Parameter] = {}
-    flag_note = UNPARTITIONED_NOTE if zero3_init_flag and engine_config.zero_stage == 3 else None
-    if engine_config.zero_stage == 3 and mat.weights_source(model, device) == mat.RANK0:
+    source = mat.weights_source(model, device)
+    whole = zero3_init_flag and engine_config.zero_stage == 3 and source == mat.LOCAL
+    flag_note = UNPARTITIONED_NOTE if whole else None
+    if engine_config.zero_stage == 3 and source == mat.RANK0:
         mat.materialize_buffers(model, device)
         mat.broadcast_buffers(model)
         feeder = _OneParameterAtATime(model, device, engine_dtype(engine_config.config), replaced)
