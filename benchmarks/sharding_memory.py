@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from notebook_launcher import notebook_launch
-from notebook_launcher.memory import process_memory, reset_peak
+from notebook_launcher.host_memory import process_memory, reset_peak
 from notebook_launcher.memory_estimate import estimate_memory
 
 FSDP = {

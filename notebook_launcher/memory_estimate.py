@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .errors import ConfigError
-from .memory import format_bytes
+from .host_memory import format_bytes
 from .model_source import build_on_meta
 
 STRATEGIES = (

@@ -1,15 +1,13 @@
 """Live memory: every worker samples its memory through the channel; `result.memory` keeps the
 samples, a warning comes before the limit, and the RunView shows both. Plus the readers of
-notebook_launcher/memory.py on fake /proc and /sys trees."""
+notebook_launcher/host_memory.py on fake /proc and /sys trees."""
 
 from pathlib import Path
 
 import pytest
 
 from notebook_launcher import notebook_launch
-from notebook_launcher.launch.events import MemorySampled, MemoryWarning, RunStarted
-from notebook_launcher.launch.memory_watch import MemoryWatch
-from notebook_launcher.memory import (
+from notebook_launcher.host_memory import (
     LIMIT_ENV,
     _cgroup_v1,
     _cgroup_v2,
@@ -17,6 +15,8 @@ from notebook_launcher.memory import (
     parse_bytes,
     process_memory,
 )
+from notebook_launcher.launch.events import MemorySampled, MemoryWarning, RunStarted
+from notebook_launcher.launch.memory_watch import MemoryWatch
 from notebook_launcher.widgets.run_state import RunState
 
 ALLOCATED = 160 * 2**20
@@ -120,7 +120,7 @@ def free_blocks_in_the_heap() -> int:
     live chunks, and none goes back: measured 0 of 200 MiB without the worker's mallopt."""
     import torch
 
-    from notebook_launcher.memory import process_memory
+    from notebook_launcher.host_memory import process_memory
 
     first = torch.ones(4 * 2**20)
     del first

@@ -6,8 +6,8 @@ workers (supervisor.py, worker.py, channel.py), and hand back a LaunchResult or 
 memory_sampler.py thread; telemetry_intake.py and memory_watch.py turn metrics, progress and memory
 samples into events, `result.memory` and the warning before the limit.
 
-Imports: config, hardware, memory, errors; the runtime only inside workers. Imported by the public face,
-widgets, clusters and interactive. Never by runtime or cli. Widgets only lazily, for view=True.
+Imports: config, hardware, host_memory, errors; the runtime only inside workers. Imported by the
+public face, widgets, clusters and interactive. Never by runtime or cli. Widgets only lazily, for view=True.
 """
 
 from .handle import RunHandle

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any
 
-from ..memory import memory_limit, process_memory
+from ..host_memory import memory_limit, process_memory
 
 INTERVAL_ENV = "NOTEBOOK_LAUNCHER_MEMORY_INTERVAL"
 DEFAULT_INTERVAL = 1.0

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..memory import LIMIT_ENV, format_bytes
+from ..host_memory import LIMIT_ENV, format_bytes
 from .events import MemorySampled, MemoryWarning
 
 WARN_FRACTION = 0.9

@@ -111,7 +111,7 @@ def run_prepared(spec: WorkerSpec, target: Any, msg_conn: Connection) -> None:
     from ..runtime.state import exit_without_teardown
 
     exit_without_teardown()
-    from ..memory import return_freed_memory_to_os
+    from ..host_memory import return_freed_memory_to_os
     from .channel import WorkerChannel
     from .memory_sampler import MemorySampler
 

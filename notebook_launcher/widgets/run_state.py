@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..host_memory import format_bytes
 from ..launch.events import (
     MemorySampled,
     MemoryWarning,
@@ -22,7 +23,6 @@ from ..launch.events import (
     RunRestarting,
     RunStarted,
 )
-from ..memory import format_bytes
 
 MAX_LINES_PER_RANK = 2000
 
