@@ -15,8 +15,10 @@ from notebook_launcher.host_memory import (
     parse_bytes,
     process_memory,
 )
+from notebook_launcher.launch import memory_sampler
 from notebook_launcher.launch.events import MemorySampled, MemoryWarning, RunStarted
 from notebook_launcher.launch.memory_watch import MemoryWatch
+from notebook_launcher.launch.stacks import readable
 from notebook_launcher.widgets.run_state import RunState
 
 ALLOCATED = 160 * 2**20
@@ -102,6 +104,25 @@ def test_the_run_view_draws_the_memory_line():
         "rank 0 1.0 GiB" in view.memory_line.value and "GPU 3.0 GiB (peak 4.0 GiB)" in view.memory_line.value
     )
     assert "memory is running out: test" in view.memory_line.value
+
+
+def test_stack_dumps_leave_out_the_sampler_thread():
+    """A rank's stack dump (timeout, stop, Ctrl-C) shows the user's threads, not the sampler's loop."""
+    sampler = memory_sampler.__file__
+    dump = (
+        "Thread 0x00007f0000000001 (most recent call first):\n"
+        f'  File "{sampler}", line 95 in _run\n'
+        '  File "/usr/lib/python3.11/threading.py", line 982 in run\n'
+        "\n"
+        "Thread 0x00007f0000000002 (most recent call first):\n"
+        '  File "/home/me/loader.py", line 7 in read_shard\n'
+        "\n"
+        "Current thread 0x00007f0000000003 (most recent call first):\n"
+        '  File "/home/me/train.py", line 12 in train'
+    )
+    shown = readable(dump)
+    assert sampler not in shown and "0x00007f0000000001" not in shown
+    assert "read_shard" in shown and "line 12 in train" in shown
 
 
 def test_gpu_samples_warn_near_the_devices_total():

@@ -8,6 +8,7 @@ import re
 import time
 from collections.abc import Sequence
 
+from . import memory_sampler as _sampler_module
 from . import worker as _worker_module
 from .processes import Worker
 
@@ -17,6 +18,8 @@ QUIET_SECONDS = 0.1  # faulthandler writes a dump in one go; this long without o
 MAX_WAIT_SECONDS = 1.0
 _WORKER_FILE = _worker_module.__file__
 _ENTRY_FRAMES = ("run_prepared", "run_worker")
+_SAMPLER_FILE = _sampler_module.__file__  # the launcher's own thread in each worker
+_THREAD_HEADER = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ ")
 
 
 class StackDump:
@@ -54,7 +57,27 @@ class StackDump:
 
 
 def readable(dump: str) -> str:
-    return with_source_lines(without_launcher_frames(dump))
+    return with_source_lines(without_launcher_frames(without_launcher_threads(dump)))
+
+
+def without_launcher_threads(dump: str) -> str:
+    """Leave out the threads the launcher itself runs in a worker (the memory sampler): they wait
+    in a loop of ours and say nothing about where the user's code is."""
+    out: list[str] = []
+    block: list[str] = []
+    in_thread = False
+    for line in dump.splitlines():
+        if _THREAD_HEADER.match(line) or not (in_thread and (not line.strip() or line.startswith("  "))):
+            out.extend(_unless_launcher_thread(block))
+            block, in_thread = [], bool(_THREAD_HEADER.match(line))
+        (block if in_thread else out).append(line)
+    out.extend(_unless_launcher_thread(block))
+    return "\n".join(out)
+
+
+def _unless_launcher_thread(block: list[str]) -> list[str]:
+    frames = (_FRAME.match(line) for line in block)
+    return [] if any(m and m["file"] == _SAMPLER_FILE for m in frames) else block
 
 
 def without_launcher_frames(dump: str) -> str:
