@@ -105,8 +105,6 @@ _UNSUPPORTED = {
             "cpu_offload_with_hook",
             "disk_offload",
             "dispatch_model",
-            "init_empty_weights",
-            "init_on_device",
             "load_checkpoint_and_dispatch",
             "infer_auto_device_map",
             "load_checkpoint_in_model",
