@@ -73,7 +73,7 @@ def test_the_names_accelerate_users_import(module):
 @pytest.mark.parametrize(
     "statement, advice",
     [
-        ("from notebook_launcher import init_empty_weights", "big-model inference"),
+        ("from notebook_launcher import dispatch_model", "big-model inference"),
         (
             "from notebook_launcher.utils import MegatronLMPlugin",
             "use FullyShardedDataParallelPlugin or DeepSpeedPlugin",
