@@ -141,6 +141,9 @@ def log_to(
     return {"pid": os.getpid(), "runs": runs}
 
 
+QUIET_CLEARML = {"clearml": {"auto_connect_frameworks": {"detect_repository": False}}}
+
+
 def two_sessions(first: list, second: list, once: list, folder: str) -> dict:
     """`log_to` twice in one process (the second resumes from the first's checkpoint), then once for
     `once`: the libraries are imported once, which is most of their cost. Comet is told to log only
@@ -164,7 +167,10 @@ def two_sessions(first: list, second: list, once: list, folder: str) -> dict:
         "first": log_to(first, folder, range(0, 3), init_kwargs=init_kwargs),
         "second": log_to(second, folder, range(3, 5), resume=True, init_kwargs=init_kwargs),
         # last: once a ClearML task has run, a later Aim run silently ended this process (seen here)
-        "once": log_to(once, folder, range(0, 3)) if once else {"runs": {}},
+        # ClearML's repository and package scan runs in a thread that Task.close() joins without a
+        # bound; in a forked worker of a busy test process it deadlocked twice here (the scan is not
+        # what this test is about: the scalars are)
+        "once": log_to(once, folder, range(0, 3), init_kwargs=QUIET_CLEARML) if once else {"runs": {}},
     }
 
 
