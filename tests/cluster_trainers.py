@@ -130,3 +130,56 @@ def checkpointed_steps(folder: str, steps: int = 16):
         time.sleep(0.5)
     weights = accelerator.unwrap_model(model).weight.detach().clone()
     return start, os.environ.get("SLURM_RESTART_COUNT", "0"), weights
+
+
+class StepCount:
+    """How many steps the weights have seen, saved with them (register_for_checkpointing)."""
+
+    def __init__(self) -> None:
+        self.step = 0
+
+    def state_dict(self) -> dict:
+        return {"step": self.step}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step = int(state["step"])
+
+
+def preemptible_steps(folder: str, steps: int = 30, every: int = 5, sleep: float = 0.25):
+    """Deterministic SGD steps, a checkpoint every `every` steps; when `accelerator.preempted`, it saves
+    at once (marking that checkpoint `preempted` with its step) and returns. Started again, it resumes
+    from the latest checkpoint."""
+    import torch
+
+    from notebook_launcher import Accelerator
+    from notebook_launcher.utils import ProjectConfiguration
+
+    config = ProjectConfiguration(project_dir=folder, automatic_checkpoint_naming=True)
+    accelerator = Accelerator(project_config=config)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    count = StepCount()
+    accelerator.register_for_checkpointing(count)
+    x, y = torch.linspace(-1, 1, 32).reshape(8, 4), torch.linspace(0, 1, 8).reshape(8, 1)
+    if list(Path(folder, "checkpoints").glob("checkpoint_*")):
+        accelerator.load_state()  # the latest one
+    start = count.step
+    while count.step < steps:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        count.step += 1
+        if count.step % every == 0:
+            accelerator.save_state()
+        if accelerator.preempted:
+            saved = accelerator.save_state()
+            if accelerator.is_main_process:
+                Path(saved, "preempted").write_text(str(count.step))
+            return {"preempted_at": count.step}
+        accelerator.print(f"step {count.step}", flush=True)
+        time.sleep(sleep)
+    weights = accelerator.unwrap_model(model).weight.detach().clone()
+    return start, os.environ.get("SLURM_RESTART_COUNT", "0"), weights

@@ -15,6 +15,7 @@ from cluster_trainers import (
     all_reduce_and_train,
     checkpointed_steps,
     fail_on_rank_one,
+    preemptible_steps,
     recorded_pids,
     run_forever,
 )
@@ -96,9 +97,16 @@ def test_a_setup_line_that_fails_is_reported(slurm, tmp_path):
     assert "before node 0 reported" in str(caught.value)
 
 
-def test_preemption_requeues_and_resumes_from_the_latest_checkpoint(where, tmp_path, capsys):
+def test_preemption_requeues_and_resumes_from_the_latest_checkpoint(slurm, tmp_path, capsys):
     """SIGTERM then USR2 to the job, as SLURM sends before preempting it (submitit's own test hook
-    does the same): submitit requeues the launch and the function resumes from its checkpoint."""
+    does the same): submitit requeues the launch and the function resumes from its checkpoint. This
+    function never checks accelerator.preempted: it is stopped after the grace period (2 s here)."""
+    where = SlurmCluster(
+        time=10,
+        folder=str(tmp_path / "jobs"),
+        job_name="nl-test",
+        setup=["export NOTEBOOK_LAUNCHER_SLURM_GRACE_SECONDS=2"],
+    )
     checkpoints = tmp_path / "run"
     handle = start_launch(checkpointed_steps, args=(str(checkpoints),), num_processes=2, cluster=where)
     deadline = time.monotonic() + 180
@@ -120,6 +128,40 @@ def test_preemption_requeues_and_resumes_from_the_latest_checkpoint(where, tmp_p
     # Each step starts from a saved state and computes the same thing: the resumed run ends with
     # the weights of an uninterrupted one, bit for bit.
     assert torch.equal(weights, reference[0][2])
+    assert "requeued by submitit" in printed and "requeue 1" in printed
+    assert "the ranks were stopped (the function did not return on accelerator.preempted)" in printed
+    assert slurm_jobs("nl-test") == []
+
+
+def test_a_loop_that_checks_preempted_saves_at_the_signal_and_resumes_there(where, tmp_path, capsys):
+    """The same signals, and a loop that checks accelerator.preempted: every rank stops after the
+    same step and saves, the job is requeued, and the requeued launch resumes from that checkpoint."""
+    run = tmp_path / "run"
+    handle = start_launch(preemptible_steps, args=(str(run),), num_processes=2, cluster=where)
+    deadline = time.monotonic() + 180
+    while not list((run / "checkpoints").glob("checkpoint_*")):  # a periodic one (step 5)
+        assert not handle.done and time.monotonic() < deadline, "no checkpoint was written"
+        time.sleep(0.2)
+    before = {path.name for path in (run / "checkpoints").glob("checkpoint_*")}
+    job = _job_id(tmp_path)
+    for sig in ("TERM", "USR2"):
+        subprocess.run(["scancel", f"--signal={sig}", job], check=True)
+    _start_requeued_now(job)
+    result = handle.wait(300)
+    printed = capsys.readouterr().out
+    reference = notebook_launch(preemptible_steps, args=(str(tmp_path / "ref"),), num_processes=2, quiet=True)
+
+    marked = [path for path in (run / "checkpoints").glob("checkpoint_*") if (path / "preempted").exists()]
+    # Saved on preemption, after the signal: a checkpoint that did not exist when the signals were
+    # sent, written only when accelerator.preempted was true.
+    assert len(marked) == 1 and marked[0].name not in before
+    preempted_at = int((marked[0] / "preempted").read_text())
+    started, restarts, weights = result[0]
+    assert restarts == "1" and started == preempted_at < 30  # resumed from the preemption's checkpoint
+    # Every step starts from saved state and computes the same thing: the weights of an uninterrupted
+    # run, bit for bit.
+    assert torch.equal(weights, reference[0][2])
+    assert "every rank stopped after the same step (accelerator.preempted) and saved" in printed
     assert "requeued by submitit" in printed and "requeue 1" in printed
     assert slurm_jobs("nl-test") == []
 

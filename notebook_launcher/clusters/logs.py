@@ -90,10 +90,23 @@ def _decode(record: dict[str, Any]) -> tuple[Any, str | None]:
     if kind == "note":
         return None, str(payload)
     if kind == "requeue":
-        return None, (
-            "preempted or at its time limit: requeued by submitit. The function starts again and resumes from "
-            "its latest checkpoint if it loads one (accelerator.load_state())."
-        )
+        return None, _requeue_note(payload)
     if kind == "start" and payload.get("restarts"):
         return None, f"started again on {payload.get('host')} (requeue {payload['restarts']})."
     return None, None
+
+
+def _requeue_note(payload: dict[str, Any]) -> str:
+    """One line: preempted (by which signals), how the ranks stopped, requeued, where it resumes from."""
+    signals = ", ".join(payload.get("signals") or []) or "SLURM's signal"
+    checkpoint = payload.get("checkpoint")
+    if payload.get("graceful"):
+        how = "every rank stopped after the same step (accelerator.preempted)" + (
+            f" and saved {checkpoint}" if checkpoint else ", without saving a checkpoint"
+        )
+    else:
+        how = "the ranks were stopped (the function did not return on accelerator.preempted)"
+    return (
+        f"preempted or at its time limit ({signals}): {how}; requeued by submitit. The function starts "
+        "again and resumes from its latest checkpoint if it loads one (accelerator.load_state())."
+    )

@@ -111,6 +111,14 @@ class NodeRun:
         """Stop this node's ranks (the notebook's Stop, or another node failed)."""
         self.stop_requested.set()
 
+    def request_preemption(self, signum: int) -> None:
+        """Ask every running rank of this node to stop after its current step (runtime/preemption.py)."""
+        from ..launch.processes import signal_process
+
+        for worker in self.supervisor.workers if self.supervisor else ():
+            if worker.alive and worker.started:
+                signal_process(worker, signum)
+
     def run(self, observers: list[Emit] | None = None) -> NodeOutcome:
         supervisor = Supervisor(
             self.plan, [self._forward, *(observers or [])], should_stop=self.stop_requested.is_set

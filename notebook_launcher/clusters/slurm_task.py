@@ -6,11 +6,11 @@ follows — as `[rankN] line`; metrics, progress and notes go to `<job>_<node>_e
 them. The return value (a NodeOutcome) comes back through submitit's result file.
 
 Preemption and time limits: SLURM signals the job (submitit's signal, USR2 by default, and SIGTERM
-first on preemption). submitit calls `checkpoint()` here on the first task, which requeues the same
-launch; the function then starts again and resumes from its latest checkpoint (its own
-`load_state()`). The workers never act on those signals themselves (they are blocked while the
-workers start), so they do not die half-way through a step before the requeue; the launcher
-stops them.
+first on preemption). The workers get the preemption request (slurm_preemption.py): a loop that
+checks `accelerator.preempted` saves and returns at the end of its step on every rank. Then
+submitit calls `checkpoint()` here on the first task, which requeues the same launch; the function
+starts again and resumes from its latest checkpoint (its own `load_state()`). A function that
+never checks is stopped after a grace period and requeued the same way.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any
 from ..launch.events import MetricLogged, OutputLine, ProgressUpdate, RunStarted
 from ..schedulers import derived_port
 from .node import NodeJob, NodeOutcome, NodeRun
+from .slurm_preemption import SlurmPreemption, requeue_signal
 
 
 def events_path(folder: str | os.PathLike[str], job_id: str, node: int) -> Path:
@@ -39,6 +40,8 @@ class SlurmNodeTask:
         self.job = job
         self._node: NodeRun | None = None
         self._events: Any = None
+        self._preemption: SlurmPreemption | None = None
+        self._stopped: dict[str, Any] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         return {"job": self.job}  # a requeue pickles the task: never the running launcher
@@ -64,13 +67,21 @@ class SlurmNodeTask:
         )
         self._events = open(events_path(env.paths.folder, env.job_id, env.node), "a", buffering=1)
         self._event("start", {"host": hosts[env.node] if env.node < len(hosts) else "", "restarts": restarts})
-        preemption = _preemption_signals()
-        signal.pthread_sigmask(signal.SIG_BLOCK, preemption)  # inherited by the workers forked below
+        blocked = {signal.SIGTERM, requeue_signal()}
         try:
-            self._node = NodeRun(job, emit=self._emit, say=lambda text: self._event("note", text))
-            return self._node.run(observers=[_unblock_when_started(preemption)])
+            with SlurmPreemption(self._request, self._stop) as self._preemption:
+                signal.pthread_sigmask(signal.SIG_BLOCK, blocked)  # inherited by the workers forked below
+                try:
+                    self._node = NodeRun(job, emit=self._emit, say=lambda text: self._event("note", text))
+                    outcome = self._node.run(observers=[_unblock_when_started(blocked)])
+                finally:
+                    signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)  # a pending signal arrives here
+                if self._preemption.requested:
+                    self._stopped = self._how_it_stopped(outcome)
+                    self._preemption.requeue()  # node 0: submitit requeues and exits; others exit
+                    outcome.status = "stopped"  # SIGTERM alone: SLURM ends the job, no requeue
+                return outcome
         finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, preemption)
             self._events.close()
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
@@ -78,8 +89,26 @@ class SlurmNodeTask:
         import submitit
 
         if self._events is not None and not self._events.closed:
-            self._event("requeue", {"signal": "preemption or time limit"})
+            self._event("requeue", {"signal": "preemption or time limit", **self._stopped})
         return submitit.helpers.DelayedSubmission(SlurmNodeTask(self.job))
+
+    def _request(self, signum: int) -> None:
+        if self._node is not None:
+            self._node.request_preemption(signum)
+
+    def _stop(self) -> None:
+        if self._node is not None:
+            self._node.stop()
+
+    def _how_it_stopped(self, outcome: NodeOutcome) -> dict[str, Any]:
+        """For the notebook's line: the signals, whether every rank saved and returned, the checkpoint."""
+        record = self._node.supervisor.record if self._node and self._node.supervisor else None
+        graceful = bool(record and record.preempted) and outcome.status == "done"
+        return {
+            "signals": list(self._preemption.received if self._preemption else []),
+            "graceful": graceful,
+            "checkpoint": record.checkpoint if record else None,
+        }
 
     def _emit(self, event: Any) -> None:
         if isinstance(event, OutputLine):
@@ -101,12 +130,6 @@ class SlurmNodeTask:
             )
         except (OSError, ValueError):
             pass
-
-
-def _preemption_signals() -> set[signal.Signals]:
-    """SIGTERM and submitit's preemption signal (SUBMITIT_PREEMPT_SIGNAL, USR2 by default)."""
-    name = "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2")
-    return {signal.SIGTERM, getattr(signal, name, signal.SIGUSR2)}
 
 
 def _unblock_when_started(signals: set[signal.Signals]) -> Any:
