@@ -249,3 +249,16 @@ def test_launch_button_only_with_fn():
     assert with_fn.launch_button.layout.display != "none" and not with_fn.launch_button.disabled
     with_fn.seed.widget.value = "x"
     assert with_fn.launch_button.disabled
+
+
+def test_restarts_and_the_hang_report_reach_the_config_and_come_back(tmp_path):
+    panel = panel_on(CPU_ONLY)
+    assert panel.config.stall_timeout == 300.0  # the launcher's default, shown as such
+    panel.restarts.widget.value = 2
+    panel.stall.widget.value = 30
+    assert (panel.config.max_restarts, panel.config.stall_timeout) == (2, 30.0)
+    panel.stall.widget.value = 0  # 0 turns the hang report off
+    assert panel.config.stall_timeout is None
+    # a saved config comes back into the fields
+    panel.config = LaunchConfig(num_processes=2, max_restarts=1, stall_timeout=12.5)
+    assert (panel.restarts.widget.value, panel.stall.widget.value) == (1, 12.5)

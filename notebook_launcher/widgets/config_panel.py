@@ -83,6 +83,11 @@ class ConfigPanel(widgets.VBox):
         self.restarts = Field(  # max_restarts: the run survives a killed rank (README: Long runs)
             "max_restarts", "restarts", widgets.IntText(0, layout=widgets.Layout(width="120px"))
         )
+        self.stall = Field(  # stall_timeout: a hang report after that long without progress; 0: none
+            "stall_timeout",
+            "hang report after (s)",
+            widgets.FloatText(300.0, layout=widgets.Layout(width="120px")),
+        )
         self.fsdp = FSDPSection(model)
         self.deepspeed = DeepSpeedSection()
         self.machines = MachinesSection()
@@ -95,6 +100,7 @@ class ConfigPanel(widgets.VBox):
             self.grad_accum,
             self.seed,
             self.restarts,
+            self.stall,
         ]
         self.fields = {
             f.key: f
@@ -183,6 +189,7 @@ class ConfigPanel(widgets.VBox):
             self.grad_accum.widget.value = config.gradient_accumulation_steps
             self.seed.widget.value = text_value(config.seed)
             self.restarts.widget.value = config.max_restarts
+            self.stall.widget.value = config.stall_timeout or 0.0
             load_warnings += self.fsdp.load(config)
             self.deepspeed.load(config)
             self.machines.load(config)
@@ -212,6 +219,7 @@ class ConfigPanel(widgets.VBox):
             num_processes=self.processes.widget.value,
             gradient_accumulation_steps=self.grad_accum.widget.value,
             max_restarts=self.restarts.widget.value,
+            stall_timeout=self.stall.widget.value or None,
         )
         sections = (
             (
