@@ -2,6 +2,7 @@
 arguments, and find_executable_batch_size's semantics."""
 
 import json
+import os
 import subprocess
 import sys
 import warnings
@@ -292,3 +293,13 @@ def test_one_process_gets_the_loaders_batches_unchanged():
     acc = Accelerator()
     batches = [b.flatten().long().tolist() for b in acc.prepare(DataLoader(IndexDataset(5), batch_size=2))]
     assert batches == [[0, 1], [2, 3], [4]]  # Accelerate does not shard (or pad) a world of one
+
+
+def test_patch_environment_upper_cases_and_restores_exactly(monkeypatch):
+    from notebook_launcher.utils import patch_environment
+
+    monkeypatch.setenv("NL_KEPT", "before")
+    monkeypatch.delenv("NL_ADDED", raising=False)
+    with patch_environment(nl_kept=1, nl_added="x"):  # Accelerate upper-cases the names
+        assert (os.environ["NL_KEPT"], os.environ["NL_ADDED"]) == ("1", "x")
+    assert os.environ["NL_KEPT"] == "before" and "NL_ADDED" not in os.environ

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
+
+from ..config.env import patched_environ
 
 
 def wait_for_everyone() -> None:
@@ -41,17 +42,8 @@ def extract_model_from_parallel(
 @contextlib.contextmanager
 def patch_environment(**kwargs: Any) -> Iterator[None]:
     """Set upper-cased environment variables for the block, then restore exactly what was there."""
-    values = {key.upper(): str(value) for key, value in kwargs.items()}
-    previous = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    try:
+    with patched_environ({key.upper(): str(value) for key, value in kwargs.items()}):
         yield
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def _installed(name: str) -> bool:
