@@ -4,6 +4,8 @@ arguments that cannot go with a cluster, and the ConfigPanel's "where" section."
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from notebook_launcher import ConfigError, LaunchConfig, RayCluster, SlurmCluster, load_config, save_config
@@ -129,3 +131,20 @@ def test_the_cli_says_a_panel_saved_cluster_is_for_notebooks(tmp_path):
     config, source = resolve_launch_config(args, hardware=cpu_only)
     assert config.num_processes == 2
     assert any("cluster_config (ray) is for notebook_launch" in note for note in source.notes)
+
+
+@pytest.mark.parametrize("cluster", [None, RayCluster(address="127.0.0.1:1")])
+@pytest.mark.parametrize(
+    "fn, args, timeout, message",
+    [
+        ("train.py", (), None, "needs a function to run; got str 'train.py'"),
+        (print, 3, None, "args must be a tuple of positional arguments; got int. Use args=(x,)"),
+        (print, (), -1, "timeout=-1 must be a positive number of seconds"),
+    ],
+)
+def test_a_bad_call_is_named_before_anything_starts_here_or_on_a_cluster(cluster, fn, args, timeout, message):
+    # the same check for local and cluster launches; a cluster is never contacted (nothing listens at :1)
+    from notebook_launcher import notebook_launch
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        notebook_launch(fn, args=args, num_processes=2, timeout=timeout, cluster=cluster, quiet=True)

@@ -73,7 +73,7 @@ def cluster_run(
     cluster = resolve_cluster(options.get("cluster"), config)
     if cluster is None:
         return None
-    _check_call(fn, args, options.get("timeout"))
+    planning.check_call(fn, args, options.get("timeout"))
     planning.reject_agent_only_settings(config)
     given = [name for name in ("node_rank", "master_addr", "master_port") if options.get(name) is not None]
     if given:
@@ -103,17 +103,6 @@ def cluster_run(
         payload = pickle_target(fn, tuple(args), dict(kwargs or {}), say)
     job = NodeJob(payload, config.to_dict(), nproc, 0, num_nodes, "", 0, options.get("timeout"))
     return ClusterRun(cluster.backend(), job, config, observers, poll_hooks, should_stop, say)
-
-
-def _check_call(fn: Any, args: Any, timeout: Any) -> None:
-    if not callable(fn):
-        raise ConfigError(f"notebook_launch needs a function to run; got {type(fn).__name__} {fn!r}.")
-    if not isinstance(args, (tuple, list)):
-        raise ConfigError(
-            f"args must be a tuple of positional arguments; got {type(args).__name__}. Use args=(x,)."
-        )
-    if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
-        raise ConfigError(f"timeout={timeout!r} must be a positive number of seconds.")
 
 
 def _processes_per_node(

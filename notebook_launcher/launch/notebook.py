@@ -34,14 +34,7 @@ def _prepare(
     say: Callable[[str], None],
     overrides: dict[str, Any],
 ) -> LaunchPlan:
-    if not callable(fn):
-        raise ConfigError(f"notebook_launch needs a function to run; got {type(fn).__name__} {fn!r}.")
-    if not isinstance(args, (tuple, list)):
-        raise ConfigError(
-            f"args must be a tuple of positional arguments; got {type(args).__name__}. Use args=(x,)."
-        )
-    if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
-        raise ConfigError(f"timeout={timeout!r} must be a positive number of seconds.")
+    planning.check_call(fn, args, timeout)
     kwargs = dict(kwargs or {})
     cfg, nproc, method = planning.resolve_processes(
         num_processes, config, start_method, say, overrides, restarts=True

@@ -39,6 +39,18 @@ START_METHODS = ("auto", "fork", "spawn", "forkserver")
 DEFAULT_PORT = 29500
 
 
+def check_call(fn: Any, args: Any, timeout: Any) -> None:
+    """The function, its positional arguments and the timeout, checked before anything starts."""
+    if not callable(fn):
+        raise ConfigError(f"notebook_launch needs a function to run; got {type(fn).__name__} {fn!r}.")
+    if not isinstance(args, (tuple, list)):
+        raise ConfigError(
+            f"args must be a tuple of positional arguments; got {type(args).__name__}. Use args=(x,)."
+        )
+    if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise ConfigError(f"timeout={timeout!r} must be a positive number of seconds.")
+
+
 def build_config(config: Any, overrides: dict[str, Any]) -> LaunchConfig:
     """Explicit keyword arguments > the given config > the default config file > defaults."""
     base = resolve_config(config)
