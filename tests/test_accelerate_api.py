@@ -248,3 +248,14 @@ def test_save_model_writes_safetensors_shards_and_bin(tmp_path):
     assert torch.equal(
         torch.load(tmp_path / "pickle" / "pytorch_model.bin")["0.weight"], result["weights"]["0.weight"]
     )
+
+
+def test_skip_first_batches_on_a_plain_dataloader_gives_a_new_loader_over_the_rest():
+    from notebook_launcher.utils import skip_first_batches
+
+    loader = torch.utils.data.DataLoader(list(range(10)), batch_size=3)
+    skipped = skip_first_batches(loader, 2)
+    assert [b.tolist() for b in skipped] == [[6, 7, 8], [9]] and len(skipped) == 2
+    assert [b.tolist() for b in loader][0] == [0, 1, 2]  # the original is left as it was
+    with pytest.raises(TypeError, match="needs a DataLoader with a batch size"):
+        skip_first_batches(range(10), 1)

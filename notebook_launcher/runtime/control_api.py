@@ -99,6 +99,7 @@ def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
     from torch.utils.data import DataLoader
 
     from .data import DataLoaderShard
+    from .data.loader import FixedBatches
 
     if isinstance(dataloader, DataLoaderShard):
         return dataloader.skip_first_batches(num_batches)
@@ -112,15 +113,4 @@ def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
         k: getattr(dataloader, k)
         for k in ("num_workers", "collate_fn", "pin_memory", "timeout", "worker_init_fn")
     }
-    return DataLoader(dataloader.dataset, batch_sampler=_Fixed(batches), **kwargs)
-
-
-class _Fixed(torch.utils.data.Sampler):
-    def __init__(self, batches: list[list[int]]) -> None:
-        self.batches = batches
-
-    def __iter__(self) -> Iterator[list[int]]:
-        return iter(self.batches)
-
-    def __len__(self) -> int:
-        return len(self.batches)
+    return DataLoader(dataloader.dataset, batch_sampler=FixedBatches(batches), **kwargs)

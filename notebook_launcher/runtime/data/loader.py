@@ -39,7 +39,9 @@ _LOADER_KEYS = (
 _PROGRESS_EVERY_S = 0.25
 
 
-class _FixedBatches(Sampler[list[int]]):
+class FixedBatches(Sampler[list[int]]):
+    """A batch sampler over a list of batches decided beforehand (this rank's plan, or a skip)."""
+
     def __init__(self, batches: list[list[int]]) -> None:
         self.batches = batches
 
@@ -193,7 +195,7 @@ class DataLoaderShard:
         kwargs["generator"] = self.base_loader.generator or torch.Generator().manual_seed(
             self.seed + self.epoch
         )
-        loader = DataLoader(self.dataset, batch_sampler=_FixedBatches(batches), **kwargs)
+        loader = DataLoader(self.dataset, batch_sampler=FixedBatches(batches), **kwargs)
         total = len(plan.batches)
         self.batches_yielded = skip
         last_emit = 0.0
