@@ -20,7 +20,6 @@ from ..launch import planning
 from ..launch.channel import load_pickled
 from ..launch.output import CellPrinter
 from ..launch.planning import LaunchPlan
-from ..launch.pool import warm_pool
 from . import protocol
 from .group import RankGroup, describe_exit
 from .outcome import CellInterrupted, RankError, RanksBroken, RanksError, failure_from_reply
@@ -244,11 +243,9 @@ def plan_group(
         warm_up(cfg)
     addr, port, store = planning.rendezvous(cfg, 1)
     specs = planning.make_specs(cfg, nproc, (addr, port), None)
-    import torch.multiprocessing as mp
-
-    pool = warm_pool() if method == "forkserver" else None
+    context, pool = planning.start_context(method)
     return LaunchPlan(
-        context=pool.ensure_server() if pool else mp.get_context(method),
+        context=context,
         pool=pool,
         start_method=method,
         specs=specs,

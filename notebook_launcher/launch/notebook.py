@@ -16,7 +16,6 @@ from .handle import RunHandle, collect_result
 from .output import CellPrinter
 from .payload import pickle_target
 from .planning import LaunchPlan
-from .pool import warm_pool
 from .restarts import RestartingRun, check_restart_on
 from .result import LaunchResult
 from .warmup import warm_up
@@ -49,11 +48,9 @@ def _prepare(
     network_env, reach_main = planning.machine_network(cfg, say)
     addr, port, store = planning.rendezvous(cfg, cfg.num_machines)
     specs = planning.make_specs(cfg, nproc, (addr, port), payload, network_env)
-    import torch.multiprocessing as mp
-
-    pool = warm_pool() if method == "forkserver" else None
+    context, pool = planning.start_context(method)
     return LaunchPlan(
-        context=pool.ensure_server() if pool else mp.get_context(method),
+        context=context,
         pool=pool,
         start_method=method,
         specs=specs,

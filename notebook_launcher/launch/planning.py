@@ -51,6 +51,17 @@ def check_call(fn: Any, args: Any, timeout: Any) -> None:
         raise ConfigError(f"timeout={timeout!r} must be a positive number of seconds.")
 
 
+def start_context(method: str) -> tuple[Any, Any]:
+    """(multiprocessing context, warm pool or None) the workers start from: "forkserver" means the
+    warm pool (its server, torch preloaded), any other method torch's own context."""
+    import torch.multiprocessing as mp
+
+    from .pool import warm_pool
+
+    pool = warm_pool() if method == "forkserver" else None
+    return (pool.ensure_server() if pool else mp.get_context(method)), pool
+
+
 def build_config(config: Any, overrides: dict[str, Any]) -> LaunchConfig:
     """Explicit keyword arguments > the given config > the default config file > defaults."""
     base = resolve_config(config)
