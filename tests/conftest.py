@@ -44,3 +44,24 @@ def _no_leftover_children():
             break
         time.sleep(0.1)
     assert not extra, f"test left child processes running: {[(p.pid, p.name()) for p in extra]}"
+
+
+# Browser tests (test_browser_panel, test_interactive_browser): each module gives its own `notebook_dir`
+# (the notebooks) and `scratch` (a temp dir of its own); these two are shared.
+@pytest.fixture(scope="module", params=["lab", "notebook"], ids=["jupyterlab4", "notebook7"])
+def lab(notebook_dir, scratch, request):
+    """A real Jupyter server over `notebook_dir`: every browser test runs in JupyterLab 4 and again in
+    Notebook 7 (the same front-end code paths for widgets and outputs, another shell)."""
+    from browser_support.lab_server import LabServer
+
+    if request.param == "notebook":
+        pytest.importorskip("notebook", minversion="7")
+    with LabServer(notebook_dir, scratch / f"{request.param}-server", app=request.param) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def playwright():
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    with playwright_api.sync_playwright() as running:
+        yield running

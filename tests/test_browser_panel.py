@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 from browser_support import jupyterlab as jl
-from browser_support.lab_server import LabServer
 
 pytestmark = [
     pytest.mark.browser,
@@ -150,22 +149,6 @@ def notebook_dir(scratch):
         nb.metadata["kernelspec"] = kernelspec
         nbformat.write(nb, root / name)
     return root
-
-
-@pytest.fixture(scope="module", params=["lab", "notebook"], ids=["jupyterlab4", "notebook7"])
-def lab(notebook_dir, scratch, request):
-    """Every test runs in JupyterLab 4 and again in Notebook 7 (the same widgets, another front end)."""
-    if request.param == "notebook":
-        pytest.importorskip("notebook", minversion="7")
-    with LabServer(notebook_dir, scratch / f"{request.param}-server", app=request.param) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def playwright():
-    playwright_api = pytest.importorskip("playwright.sync_api")
-    with playwright_api.sync_playwright() as running:
-        yield running
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from browser_support import jupyterlab as jl
-from browser_support.lab_server import LabServer
 
 pytestmark = [
     pytest.mark.browser,
@@ -65,21 +64,6 @@ def notebook_dir(scratch):
     }
     nbformat.write(nb, root / "ranks.ipynb")
     return root
-
-
-@pytest.fixture(scope="module", params=["lab", "notebook"], ids=["jupyterlab4", "notebook7"])
-def lab(notebook_dir, scratch, request):
-    if request.param == "notebook":
-        pytest.importorskip("notebook", minversion="7")
-    with LabServer(notebook_dir, scratch / f"{request.param}-server", app=request.param) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def playwright():
-    playwright_api = pytest.importorskip("playwright.sync_api")
-    with playwright_api.sync_playwright() as running:
-        yield running
 
 
 def test_a_ranks_cell_shows_every_ranks_output_and_is_highlighted_as_python(
