@@ -155,8 +155,12 @@ class DataLoaderShard:
         return len(self.plan().batches)
 
     def _stream_steps(self, length: int) -> int:
-        return steps_in_stream(
-            length,
+        return steps_in_stream(length, **self._stream_shape)
+
+    @property
+    def _stream_shape(self) -> dict[str, Any]:
+        """How this rank takes its steps from a stream: what len() and the iteration both follow."""
+        return dict(
             rank=self.rank,
             world_size=self.world_size,
             batch_size=self.base_loader.batch_size,
@@ -213,16 +217,7 @@ class DataLoaderShard:
         if hasattr(self.dataset, "set_epoch"):  # as Accelerate does: a stream may reshuffle per epoch
             self.dataset.set_epoch(self.epoch)
         skip, self._skip_next = self._skip_next, 0
-        steps = shard_stream(
-            self._stream.items(),
-            rank=self.rank,
-            world_size=self.world_size,
-            batch_size=self.base_loader.batch_size,
-            split_batches=self.split_batches,
-            even_batches=self.even_batches,
-            drop_last=self._drop_last,
-            size_of=self._stream.size_of,
-        )
+        steps = shard_stream(self._stream.items(), size_of=self._stream.size_of, **self._stream_shape)
         total = _sized(self.dataset, self._stream_steps)
         self.batches_yielded = skip
         last_emit = 0.0
