@@ -151,7 +151,8 @@ def two_sessions(first: list, second: list, once: list, folder: str) -> dict:
     init_kwargs = {
         "trackio": {"auto_log_cpu": False, "auto_log_gpu": False},
         "swanlab": {"mode": "offline", "log_dir": os.path.join(folder, "swanlog")},
-        "dvclive": {"dir": os.path.join(folder, "dvclive"), "save_dvc_exp": False},
+        # dvcyaml=False: DVCLive would otherwise add its stage to a dvc.yaml at the git root (this checkout)
+        "dvclive": {"dir": os.path.join(folder, "dvclive"), "save_dvc_exp": False, "dvcyaml": False},
         # Aim and SwanLab both wrap sys.stdout; in one process Aim's wrapper then recursed forever
         "aim": {"capture_terminal_logs": False, "system_tracking_interval": None},
     }
