@@ -63,10 +63,14 @@ def both_ranks_fail(folder):
     """Rank 1 fails first; rank 0 fails too once rank 1 has exited (so after the launcher saw rank 1's
     failure, whatever the machine's load), ignoring the launcher's stop signal to get that far."""
     from notebook_launcher import Accelerator
-    from notebook_launcher.launch.processes import STOP_SIGNAL
+    from notebook_launcher.launch.processes import STOP_SIGNALS
 
     if os.environ["RANK"] == "0":  # before anything else: the stop may come as soon as rank 1 fails
-        signal.signal(STOP_SIGNAL, signal.SIG_IGN)
+        # Both of the stop's signals: its SIGTERM (meant for what a worker started) ends a rank that
+        # has no Accelerator listening yet, and rank 0 may still be inside Accelerator() on a busy
+        # machine when rank 1 has already failed (seen on CI: rank 0 died of SIGTERM, unreported).
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
     rank = Accelerator().process_index
     marker = os.path.join(folder, "rank1.pid")
     if rank == 1:
