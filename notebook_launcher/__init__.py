@@ -65,6 +65,7 @@ _LAZY = {
     "LaunchResult": "notebook_launcher.launch",
     "WorkerError": "notebook_launcher.launch",
     "LaunchTimeout": "notebook_launcher.launch",
+    "RendezvousStalled": "notebook_launcher.launch",
     "LaunchStopped": "notebook_launcher.launch",
     "LaunchPreempted": "notebook_launcher.launch",
     "RayCluster": "notebook_launcher.clusters",

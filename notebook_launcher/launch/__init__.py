@@ -13,13 +13,21 @@ public face, widgets, clusters and interactive. Never by runtime or cli. Widgets
 from .handle import RunHandle
 from .notebook import notebook_launch, start_launch
 from .pool import release_warm_pool
-from .result import LaunchPreempted, LaunchResult, LaunchStopped, LaunchTimeout, WorkerError
+from .result import (
+    LaunchPreempted,
+    LaunchResult,
+    LaunchStopped,
+    LaunchTimeout,
+    RendezvousStalled,
+    WorkerError,
+)
 
 __all__ = [
     "LaunchPreempted",
     "LaunchResult",
     "LaunchStopped",
     "LaunchTimeout",
+    "RendezvousStalled",
     "RunHandle",
     "WorkerError",
     "notebook_launch",

@@ -68,9 +68,12 @@ class RunRestarting:
     max_restarts: int
     reason: str  # e.g. "rank 1 was killed (SIGKILL) at step 37"
     checkpoint: str | None  # the last checkpoint saved, which the function's load_state() finds
+    start_again: bool = False  # the process group never formed (rendezvous_watch.py): not a restart
 
     @property
     def text(self) -> str:
+        if self.start_again:
+            return f"started again: {self.reason}"
         resume = (
             f"resuming from {self.checkpoint.rstrip('/').rsplit('/', 1)[-1]}"
             if self.checkpoint

@@ -67,7 +67,9 @@ class RankState:
 class HangReport:
     """What the launcher found: `verdict` (one line), `kind`, each rank's state; str() is the full text."""
 
-    reason: str  # "stall" (no progress for stall_timeout), "timeout", or "asked" (handle.stacks())
+    # "stall" (no progress for stall_timeout), "timeout", "asked" (handle.stacks()), or "rendezvous"
+    # (every rank of a one-machine launch inside init_process_group for too long: rendezvous_watch.py)
+    reason: str
     kind: str
     verdict: str
     ranks: tuple[RankState, ...]
@@ -83,6 +85,7 @@ class HangReport:
             "stall": f"Hang report: no rank made progress for {_seconds(self.idle_seconds)} (the run keeps running).",
             "timeout": "Hang report at the timeout:",
             "asked": f"Stack report (last progress {_seconds(self.idle_seconds)} ago):",
+            "rendezvous": "Hang report: the process group did not form.",
         }[self.reason]
         lines = [head, f"Verdict: {self.verdict}"]
         for state in self.ranks:

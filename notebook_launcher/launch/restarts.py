@@ -20,7 +20,8 @@ from . import planning
 from .events import ProgressUpdate, RunRestarting
 from .launcher_signals import LauncherSignals
 from .planning import LaunchPlan
-from .result import LaunchPreempted, RankFailure, RunRecord, WorkerError
+from .rendezvous_watch import RETRIES as RENDEZVOUS_RETRIES
+from .result import LaunchPreempted, RankFailure, RendezvousStalled, RunRecord, WorkerError
 from .supervisor import Supervisor
 
 RESTART_ON = ("infrastructure", "any")
@@ -89,6 +90,7 @@ class RestartingRun:
         self.restart_on = check_restart_on(restart_on)
         self.max_restarts = int(plan.config.max_restarts or 0)
         self.restarts = 0
+        self.starts_again = 0  # after a rendezvous that never formed (not counted in restarts)
         self.failures: list[Exception] = []
         self.checkpoint: str | None = None
         self._steps: dict[int, str] = {}
@@ -117,6 +119,9 @@ class RestartingRun:
                             error.explain_no_restart(f"notebook_launch did not restart: {reason}.")
                         raise
                     self._restart(error, f"rank {error.rank} {self._what(error.failure)}")
+                    continue
+                except RendezvousStalled as stall:
+                    self._start_again(stall)
                     continue
                 self._remember(record)
                 if not (record.preempted or signals.received):
@@ -151,15 +156,35 @@ class RestartingRun:
     def _restart(self, cause: Exception, reason: str) -> None:
         self.failures.append(cause)
         self.restarts += 1
-        event = RunRestarting(self.restarts, self.max_restarts, reason, self.checkpoint)
+        self._announce(RunRestarting(self.restarts, self.max_restarts, reason, self.checkpoint))
+        self._steps.clear()
+        self.plan = fresh_plan(self.plan, self.restarts)
+        self.supervisor = self._new_supervisor()
+
+    def _start_again(self, stall: RendezvousStalled) -> None:
+        """The process group never formed: nothing of the user's training ran, so start the same
+        attempt once more with a fresh store (rendezvous_watch.py); raise when that stalls too."""
+        self.starts_again += 1
+        if self.starts_again > RENDEZVOUS_RETRIES:
+            raise RendezvousStalled(
+                stall.seconds, stall.stacks, stall.report, attempts=self.starts_again
+            ) from None
+        reason = (
+            f"every rank waited in the rendezvous (init_process_group) for more than {stall.seconds:g}s on this "
+            "one machine and the process group did not form; the ranks were stopped and start once more"
+        )
+        self._announce(
+            RunRestarting(self.restarts, self.max_restarts, reason, self.checkpoint, start_again=True)
+        )
+        self.plan = fresh_plan(self.plan, self.restarts)
+        self.supervisor = self._new_supervisor()
+
+    def _announce(self, event: RunRestarting) -> None:
         for observer in tuple(self.observers):
             try:
                 observer(event)
             except Exception:  # an observer must never break the run (the supervisor detaches it)
                 pass
-        self._steps.clear()
-        self.plan = fresh_plan(self.plan, self.restarts)
-        self.supervisor = self._new_supervisor()
 
     def _remember(self, record: RunRecord) -> None:
         self.checkpoint = record.checkpoint or self.checkpoint

@@ -215,6 +215,32 @@ class LaunchTimeout(NotebookLauncherError, TimeoutError):
         return render(type(self).__name__, self.summary, _where(self.stacks))
 
 
+class RendezvousStalled(NotebookLauncherError, TimeoutError):
+    """Every rank of a one-machine launch waited inside init_process_group for `seconds`: the process
+    group never formed (in each of `attempts` starts; launch/rendezvous_watch.py)."""
+
+    def __init__(
+        self, seconds: float, stacks: dict[int, str] | None = None, report: Any = None, attempts: int = 1
+    ):
+        self.seconds = seconds
+        self.stacks = stacks or {}
+        self.report = report
+        self.attempts = attempts
+        tries = "" if attempts == 1 else f" in each of {attempts} starts"
+        self.summary = (
+            f"Every rank waited in the rendezvous (init_process_group) for more than {seconds:g}s on this one "
+            f"machine{tries}: the process group did not form, and every rank has been stopped. Look at where "
+            "each rank waited (below); a firewall or a socket interface that does not route (GLOO_SOCKET_IFNAME) "
+            "are the usual causes. NOTEBOOK_LAUNCHER_RENDEZVOUS_STALL_SECONDS sets the wait (0: never give up)."
+        )
+        super().__init__(
+            self.summary + "".join(f"\n--- {t} ---\n{x.strip()}" for t, x in _where(self.stacks))
+        )
+
+    def _render_traceback_(self) -> list[str]:
+        return render(type(self).__name__, self.summary, _where(self.stacks))
+
+
 class LaunchStopped(NotebookLauncherError, RuntimeError):
     """The launch was stopped on request (Stop button or handle.stop()); every worker is gone.
 

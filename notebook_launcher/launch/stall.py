@@ -101,9 +101,13 @@ class HangWatch:
             raise RuntimeError("The launch ended before the stack report was made; nothing is running.")
         raise TimeoutError(f"No stack report within {timeout:g} s (the launch did not answer).")
 
+    def activities(self, workers: Sequence[Worker]) -> dict[int, Any]:
+        """Each rank's collective record as it stands (None before it wrote one)."""
+        return {w.rank: read_record(self._path(w.rank)) for w in workers}
+
     def report(self, reason: str, workers: Sequence[Worker], stacks: dict[int, str]) -> HangReport:
         """The report on `workers` as they stand, with the stacks just dumped."""
-        activities = {w.rank: read_record(self._path(w.rank)) for w in workers}
+        activities = self.activities(workers)
         exited = {w.rank for w in workers if w.exited}
         states = ranks_from([w.rank for w in workers], activities, stacks, exited)
         made = make_report(reason, states, time.monotonic() - self.last_progress)

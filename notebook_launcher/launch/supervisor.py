@@ -28,12 +28,14 @@ from .processes import (
     start_worker,
     stop_group,
 )
+from .rendezvous_watch import RendezvousWatch
 from .result import (
     STARTUP_HINT,
     LaunchInterrupted,
     LaunchStopped,
     LaunchTimeout,
     RankFailure,
+    RendezvousStalled,
     RunRecord,
     WorkerError,
 )
@@ -72,6 +74,7 @@ class Supervisor:
         self.hangs = HangWatch(getattr(plan.config, "stall_timeout", None))
         self.observers.insert(0, self.hangs)
         self.timeout_report = None
+        self.rendezvous = RendezvousWatch(all_ranks_local=plan.world_size == len(plan.specs))
         self.inbox = Inbox(self.record, self._emit, self._begin_stop, self.stopped_by_us.__contains__)
 
     # ------------------------------------------------------------------ public
@@ -104,6 +107,9 @@ class Supervisor:
                 raise LaunchTimeout(
                     self.plan.timeout, self._running_at_stop, self.stacks(), self.timeout_report
                 )
+            if outcome == "rendezvous":
+                status, error = "failed", "the process group did not form (every rank in the rendezvous)"
+                raise RendezvousStalled(self.rendezvous.seconds, self.stacks(), self.timeout_report)
             if outcome == "stopped":
                 raise LaunchStopped(
                     "The launch was stopped on request; all workers have been terminated.", self.stacks()
@@ -165,6 +171,8 @@ class Supervisor:
                     return self._stop_with_stacks("timeout")
                 if self.should_stop() or self._poll_requested_stop():
                     return self._stop_with_stacks("stopped")
+                if self.rendezvous.stalled(lambda: self.hangs.activities(self.workers)):
+                    return self._stop_with_stacks("rendezvous")
                 self._report_hang_when_due()
             elif time.monotonic() - self.stopping_since > GRACE_SECONDS:
                 self._kill_remaining()
@@ -179,8 +187,8 @@ class Supervisor:
 
     def _stop_with_stacks(self, outcome: str) -> str:
         self._dump_stacks()
-        if outcome == "timeout":
-            self.timeout_report = self.hangs.report("timeout", self.workers, self.stacks())
+        if outcome in ("timeout", "rendezvous"):
+            self.timeout_report = self.hangs.report(outcome, self.workers, self.stacks())
             self._emit(HangReported(self.timeout_report))
         self._begin_stop()
         while not all(w.exited for w in self.workers):
