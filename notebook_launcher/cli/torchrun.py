@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import LaunchConfig, config_to_env, patched_environ, to_file_dict
+from ..config.env import GRACEFUL_PREEMPTION_ENV
 from ..errors import ConfigError, NetworkError
 from ..network import free_port, port_is_free, socket_interface_env, wait_for_main
 from ..store import ALL_INTERFACES, LOOPBACK, host_store, store_bind_address
@@ -32,6 +33,12 @@ from .bootstrap import LAUNCHER_PID_ENV
 BOOTSTRAP = "notebook_launcher.cli.bootstrap"
 RANK_PREFIX_TEMPLATE = "[rank${rank}] "  # as notebook_launch prints; torchrun fills in the global rank
 PREFIX_TEMPLATE_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
+# The signals torchrun's agent (in this process) turns into a shutdown that passes the same signal to
+# every worker: torch's four, and SIGUSR1 (SLURM's warning before a time limit), which would otherwise
+# end this process at once and its workers with it, unsaved. A worker whose Accelerator listens
+# (GRACEFUL_PREEMPTION_ENV) finishes its step, agrees with the others, and can save before it exits.
+HANDLED_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"  # torchrun's --signals-to-handle (torch >= 2.8)
+PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 RDZV_ID = "notebook_launcher"
 DETAIL_CRASH_HINT = (
     "Hint: TORCH_DISTRIBUTED_DEBUG=DETAIL (set by --debug) makes DistributedDataParallel crash with SIGSEGV on "
@@ -120,6 +127,7 @@ def build_plan(
         args.append(f"--log_dir={log_dir}")
     args += ["--module", BOOTSTRAP, *target]
 
+    env[GRACEFUL_PREEMPTION_ENV] = "1"
     threads_value = omp_threads(config, threads, local)
     if threads_value is not None:
         env["OMP_NUM_THREADS"] = threads_value
@@ -261,6 +269,7 @@ def _run_torchrun(plan: RunPlan, args: list[str], debug: bool, err: Any) -> int:
         except NetworkError as exc:
             print(f"notebook-launcher: {exc}", file=err)
             return 1
+    args = _with_handled_signals(torchrun.get_args_parser(), args)
     # Each worker arms a death signal for its parent, this process (cli/bootstrap.py).
     with patched_environ({**plan.env, LAUNCHER_PID_ENV: str(os.getpid())}):
         try:
@@ -272,10 +281,16 @@ def _run_torchrun(plan: RunPlan, args: list[str], debug: bool, err: Any) -> int:
                 print(DETAIL_CRASH_HINT, file=err)
             return 1
         except SignalException as exc:
-            print(
-                f"notebook-launcher: stopped by {signal.Signals(exc.sigval).name}; workers were shut down.",
-                file=err,
-            )
+            name = signal.Signals(exc.sigval).name
+            if exc.sigval in PREEMPTION_SIGNALS:
+                print(
+                    f"notebook-launcher: preempted by {name}: every worker was passed {name}; those whose "
+                    "Accelerator checks accelerator.preempted stopped after the same step (and could save), the "
+                    "others ended at once.",
+                    file=err,
+                )
+            else:
+                print(f"notebook-launcher: stopped by {name}; workers were shut down.", file=err)
             return 128 + int(exc.sigval)
         except KeyboardInterrupt:
             print("notebook-launcher: interrupted; workers were shut down.", file=err)
@@ -292,6 +307,17 @@ def _run_torchrun(plan: RunPlan, args: list[str], debug: bool, err: Any) -> int:
             )
             return 1
     return 0
+
+
+def _with_handled_signals(parser: Any, args: list[str]) -> list[str]:
+    """torchrun's arguments with SIGUSR1 among the signals its agent handles, where this torch's
+    torchrun has the option and the user did not choose the signals (torchrun-style args) themselves."""
+    known = any("--signals-to-handle" in action.option_strings for action in parser._actions)
+    chosen = any(arg.startswith(("--signals-to-handle", "--signals_to_handle")) for arg in args)
+    if not known or chosen:
+        return args
+    at = args.index("--module")
+    return [*args[:at], f"--signals-to-handle={HANDLED_SIGNALS}", *args[at:]]
 
 
 # ------------------------------------------------------------------ failures

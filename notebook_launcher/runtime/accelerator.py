@@ -137,6 +137,7 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, 
         self._load_model_state_pre_hook: OrderedDict[int, Any] = OrderedDict()  # a weak-referenceable dict
         if self.config.seed is not None:
             set_seed(self.config.seed)
+        preemption.install_handlers_if_asked()  # a worker of `notebook-launcher launch`
         preemption.listen()  # SIGTERM / SIGUSR1 now ask for a graceful stop (accelerator.preempted)
 
     # --------------------------------------------------------------- prepare

@@ -20,6 +20,7 @@ import signal
 import time
 from typing import Any
 
+from ..config.env import GRACEFUL_PREEMPTION_ENV
 from . import telemetry
 
 PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
@@ -37,10 +38,22 @@ _last_check: tuple[int, float] | None = None  # (step, time) of the previous che
 checks = 0  # how many agreement all_reduces this process took part in
 
 
+_owner: int | None = None  # the process the handlers are for; its children (DataLoader workers) are not
+
+
 def install_handlers() -> None:
     """Route SIGTERM and SIGUSR1 to the request flag (the launcher's worker calls this first thing)."""
+    global _owner
+    _owner = os.getpid()
     for signum in PREEMPTION_SIGNALS:
         signal.signal(signum, _on_signal)
+
+
+def install_handlers_if_asked() -> None:
+    """In a worker of `notebook-launcher launch`, once an Accelerator is made (a plain torchrun script,
+    which never asked for it, keeps the signals' own meaning)."""
+    if os.environ.get(GRACEFUL_PREEMPTION_ENV) == "1" and _owner != os.getpid():
+        install_handlers()
 
 
 def listen() -> None:
@@ -51,8 +64,9 @@ def listen() -> None:
 
 def _on_signal(signum: int, _frame: Any) -> None:
     global _requested
-    if not _listening or _requested == signum or _agreed:
-        # Nobody checks (no Accelerator), asked twice, or already stopping: the signal's own meaning.
+    if not _listening or _requested == signum or _agreed or os.getpid() != _owner:
+        # Nobody checks (no Accelerator), asked twice, already stopping, or a process the worker started
+        # (a DataLoader worker inherits the handler, but only the worker checks): the signal's own meaning.
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
         return
