@@ -21,7 +21,14 @@ from cluster_trainers import (
 )
 from slurm_support import local_slurm, slurm_jobs
 
-from notebook_launcher import LaunchStopped, SlurmCluster, WorkerError, notebook_launch, start_launch
+from notebook_launcher import (
+    LaunchStopped,
+    LaunchTimeout,
+    SlurmCluster,
+    WorkerError,
+    notebook_launch,
+    start_launch,
+)
 from notebook_launcher.clusters.slurm import job_state
 
 pytestmark = pytest.mark.slow
@@ -84,6 +91,24 @@ def test_stop_cancels_the_job(where, tmp_path):
     with pytest.raises(LaunchStopped):
         handle.wait(120)
     assert job_state(job) in (None, "CANCELLED")  # scancel, and the launch waited for SLURM to end it
+    assert alive(recorded_pids(str(tmp_path))) == set()
+
+
+def test_a_timeout_shows_where_each_rank_was(where, tmp_path):
+    # SLURM's own signals are blocked in the workers (the node task passes them on): the stack-dump
+    # request must not be one of them, or every rank's stack would come back empty.
+    with pytest.raises(LaunchTimeout) as caught:
+        notebook_launch(
+            run_forever,
+            kwargs={"folder": str(tmp_path)},
+            num_processes=2,
+            cluster=where,
+            quiet=True,
+            timeout=15,
+        )
+    stacks = caught.value.stacks
+    assert sorted(stacks) == [0, 1], stacks
+    assert all("run_forever" in stacks[rank] for rank in (0, 1)), stacks
     assert alive(recorded_pids(str(tmp_path))) == set()
 
 

@@ -3,8 +3,8 @@ and SIGTERM on preemption) becomes the workers' preemption request, so a loop th
 `accelerator.preempted` saves and returns at the end of its step on every rank; only then does
 submitit's own handler requeue the job (its `checkpoint()` and `scontrol requeue`).
 
-The workers never see SLURM's signals themselves (they are blocked in them): SIGUSR2 is their
-stack-dump signal and a second SIGTERM would end them at once. Each gets one SIGUSR1 from here —
+The workers never see SLURM's signals themselves (they are blocked in them): a second SIGTERM
+would end them at once, and SIGUSR2 would mean nothing to them. Each gets one SIGUSR1 from here —
 the request of runtime/preemption.py. A function that never checks is stopped after a grace period
 (NOTEBOOK_LAUNCHER_SLURM_GRACE_SECONDS, 60 s: submitit's signal comes 90 s before the time limit)
 and requeued all the same, cut off at its last checkpoint as before.
