@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from notebook_launcher.clusters.slurm_preemption import SlurmPreemption
+from notebook_launcher.clusters.slurm_preemption import REQUEST_SIGNAL, SlurmPreemption
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def test_the_signals_ask_the_workers_once_and_the_requeue_goes_to_submitit(submi
         for name in ("SIGTERM", "SIGUSR2"):
             os.kill(os.getpid(), getattr(signal, name))
         assert preemption.received == ["SIGTERM", "SIGUSR2"]
-        assert requests == [signal.SIGUSR1]  # once: a second SIGUSR1 would end a worker at once
+        assert requests == [REQUEST_SIGNAL]  # once: a second request would end a worker at once
         assert submitit_handler == []  # not before the ranks are done
         preemption.requeue()
     assert submitit_handler == [signal.SIGUSR2]
@@ -53,3 +53,25 @@ def test_sigterm_alone_requeues_nothing(submitit_handler):
         preemption.requeue()  # waits out the grace period for submitit's signal, then returns
     assert submitit_handler == []
     assert signal.getsignal(signal.SIGTERM) != preemption._on_signal  # handlers put back
+
+
+BLOCKED_WORKER = """
+import os, signal, sys
+from notebook_launcher.clusters.slurm_preemption import REQUEST_SIGNAL
+from notebook_launcher.runtime import preemption
+
+# what a SLURM node task's worker inherits: the scheduler's signals blocked (submitit told to use USR1)
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGUSR1})
+preemption.install_handlers()
+preemption.listen()
+os.kill(os.getpid(), REQUEST_SIGNAL)
+print(preemption.requested(), flush=True)
+"""
+
+
+def test_the_request_reaches_a_worker_whatever_the_scheduler_blocked():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", BLOCKED_WORKER], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["True"], out.stderr

@@ -15,12 +15,9 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-# The launcher asks a hung worker where it is stuck with a real-time signal no scheduler sends: not
-# SIGUSR1/SIGTERM, which ask a worker for a graceful stop (runtime/preemption.py), and not SIGUSR2,
-# submitit's time-limit signal, which SLURM node tasks keep blocked in their workers (they pass it on
-# themselves), so a SLURM rank's stack never came back. glibc keeps the first two real-time signals
-# for itself; signal.SIGRTMIN is already past them.
-STACK_DUMP_SIGNAL: int = signal.SIGRTMIN + 4  # 38 on glibc
+from ..signals import STACK_DUMP_SIGNAL
+
+# The launcher asks a hung worker where it is stuck (faulthandler): ../signals.py.
 UNSENT_ERROR_MARK = "notebook_launcher: this rank's error could not be sent to the launcher"
 
 

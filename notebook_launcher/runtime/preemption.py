@@ -21,9 +21,12 @@ import time
 from typing import Any
 
 from ..config.env import GRACEFUL_PREEMPTION_ENV
+from ..signals import PREEMPTION_REQUEST_SIGNAL, signal_name
 from . import telemetry
 
-PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+# A scheduler's (SIGTERM, SIGUSR1 before SLURM's time limit) and a node launcher's own request, which
+# it sends when the scheduler's signals are blocked in its workers (clusters/slurm_preemption.py).
+PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, PREEMPTION_REQUEST_SIGNAL)
 CHECK_SECONDS = 1.0
 """About how often the ranks agree on a request: a stop comes at most ~1 s (or one step) after the signal.
 NOTEBOOK_LAUNCHER_PREEMPTION_CHECK_SECONDS changes it (0: at every optimizer step)."""
@@ -111,7 +114,7 @@ def agree(device: Any = None) -> bool:
         checks += 1
     if flag:
         _agreed = True
-        telemetry.emit("preempted", signal=signal.Signals(_requested).name if _requested else None)
+        telemetry.emit("preempted", signal=signal_name(_requested) if _requested else None)
     return _agreed
 
 
