@@ -50,8 +50,9 @@ def _no_leftover_children():
 # (the notebooks) and `scratch` (a temp dir of its own); these two are shared.
 @pytest.fixture(scope="module", params=["lab", "notebook"], ids=["jupyterlab4", "notebook7"])
 def lab(notebook_dir, scratch, request):
-    """A real Jupyter server over `notebook_dir`: every browser test runs in JupyterLab 4 and again in
-    Notebook 7 (the same front-end code paths for widgets and outputs, another shell)."""
+    """A real Jupyter server over `notebook_dir`: browser tests run in JupyterLab 4 and again in
+    Notebook 7 (the same front-end code paths for widgets and outputs, another shell), except those
+    marked browser_support.JUPYTERLAB_ONLY, which check behaviour of ours that no shell changes (the suite's time)."""
     from browser_support.lab_server import LabServer
 
     if request.param == "notebook":

@@ -35,8 +35,13 @@ class KernelSession:
     def pid(self) -> int:
         return self.km.provisioner.process.pid
 
-    def run(self, code: str, timeout: float = 120, interrupt_after_output: str | None = None) -> CellRun:
-        """Execute code; optionally interrupt the kernel once `interrupt_after_output` was printed."""
+    def run(
+        self, code: str, timeout: float = 120, interrupt_after_output: str | tuple[str, ...] | None = None
+    ) -> CellRun:
+        """Execute code; optionally interrupt the kernel once `interrupt_after_output` was printed
+        (every one of them, when several are given)."""
+        if isinstance(interrupt_after_output, str):
+            interrupt_after_output = (interrupt_after_output,)
         msg_id = self.kc.execute(code)
         run = CellRun()
         deadline = time.monotonic() + timeout
@@ -64,7 +69,11 @@ class KernelSession:
                 run.results.append(content["data"])
             elif kind == "status" and content["execution_state"] == "idle":
                 break
-            if interrupt_after_output and not interrupted and interrupt_after_output in run.text:
+            if (
+                interrupt_after_output
+                and not interrupted
+                and all(text in run.text for text in interrupt_after_output)
+            ):
                 self.km.interrupt_kernel()
                 run.status = "interrupted"
                 interrupted = True

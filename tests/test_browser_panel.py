@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from browser_support import JUPYTERLAB_ONLY
 from browser_support import jupyterlab as jl
 
 pytestmark = [
@@ -285,6 +286,7 @@ def test_stop_ends_every_worker(page, lab, notebook_dir):
     view.screenshot(path=str(ARTIFACTS / f"stopped_run-{lab.app}.png"))
 
 
+@JUPYTERLAB_ONLY
 def test_stop_reaches_a_blocking_launch(tab, lab, notebook_dir):
     """notebook_launch(..., view=True) blocks the cell; the Stop click is still handled at once."""
     psutil = pytest.importorskip("psutil")
@@ -302,6 +304,7 @@ def test_stop_reaches_a_blocking_launch(tab, lab, notebook_dir):
     jl.wait_kernel_idle(tab)
 
 
+@JUPYTERLAB_ONLY
 def test_a_failed_run_shows_one_line_and_the_workers_traceback(tab, lab):
     jl.open_notebook(tab, lab, "failing.ipynb")
     assert jl.run_all_cells(tab) is False  # the launch cell raised
