@@ -268,12 +268,20 @@ def test_ranks_from_the_warm_pool_take_the_kernels_current_state(monkeypatch):
         assert group.run("import os\nos.environ.get('RANKS_FLAG')") == ["set after the server started"] * 2
 
 
-def test_printed_output_is_streamed_per_rank(capfd):
+def test_printed_output_is_streamed_per_rank_and_ends_with_its_cell(capfd):
     with Ranks(2, show_ranks=None) as group:
         group.run_cell("import torch.distributed as dist\nprint('hello from', dist.get_rank())\n40 + 2")
-    out = capfd.readouterr().out
+        out = capfd.readouterr().out
+        # A line without its newline (a print cut by the stop button ends like this) belongs to its
+        # own cell, not to the first line of the next one.
+        group.run_cell("import sys\n_ = sys.stdout.write('no newline yet')")
+        partial = capfd.readouterr().out
+        group.run_cell("print('next cell')")
+        following = capfd.readouterr().out
     assert "[rank0] hello from 0" in out and "[rank1] hello from 1" in out
     assert "[rank0] 42" in out and "[rank1] 42" in out  # the last expression's repr, as IPython shows it
+    assert "[rank0] no newline yet" in partial and "[rank1] no newline yet" in partial, partial
+    assert "[rank0] next cell" in following and "no newline yet" not in following, following
 
 
 def test_the_magic_arguments():

@@ -173,8 +173,18 @@ class RankGroup:
             self._wait(targets, until=lambda r: r.reply is not None)
         except KeyboardInterrupt:
             self._interrupt(targets)
+            self._collect_output(targets)
             raise
+        self._collect_output(targets)
         return {r.rank: r.reply for r in targets}
+
+    def _collect_output(self, targets: list[RankProcess]) -> None:
+        """Everything a rank printed during the command, in this cell: a rank flushes its streams before
+        it answers, so what is in its pipes now belongs here, and a line left without its newline (a
+        print cut by the stop) ends with the cell instead of starting the next cell's first line."""
+        for rank in targets:
+            if not rank.exited:
+                self.inbox.drain(rank)
 
     def by_rank(self, rank: int) -> RankProcess:
         return next(r for r in self.ranks if r.rank == rank)
