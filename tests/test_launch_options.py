@@ -183,3 +183,39 @@ def test_one_process_still_runs_in_a_worker_not_in_the_caller():
     )[0]
     assert pid != os.getpid() and world == 1
     assert "WORLD_SIZE" not in os.environ or os.environ["WORLD_SIZE"] != "1"
+
+
+DEEPSPEED_WARM_SCRIPT = """
+import json, sys, time
+import torch
+from notebook_launcher import notebook_launch
+
+def zero2_step():
+    from notebook_launcher import Accelerator
+    inherited = "deepspeed.runtime.zero.muon.muon_optimizer" in sys.modules
+    acc = Accelerator()
+    model = torch.nn.Linear(2, 1)
+    model, optimizer = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    acc.backward(model(torch.ones(2, 2)).sum())
+    optimizer.step()
+    return inherited
+
+if __name__ == "__main__":
+    options = dict(num_processes=2, use_cpu=True, distributed_type="DEEPSPEED", deepspeed_config={"zero_stage": 2})
+    workers = notebook_launch(zero2_step, quiet=True, **options)
+    print("WARM " + json.dumps({"workers": list(workers)}), flush=True)
+"""
+
+
+def test_a_deepspeed_launch_imports_what_deepspeed_initialize_needs_once_in_the_parent(tmp_path):
+    """deepspeed.initialize() imports its Muon optimizer (which loads torch._inductor, ~2.4 s) on first
+    use: the launch imports it in the parent, so workers of every DeepSpeed launch find it loaded."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("deepspeed", reason="deepspeed is not installed (it is in the test extra)")
+    script = tmp_path / "warm_deepspeed.py"
+    script.write_text(DEEPSPEED_WARM_SCRIPT)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.split("WARM ", 1)[1]) == {"workers": [True, True]}, out.stdout

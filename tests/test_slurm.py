@@ -104,7 +104,7 @@ def test_a_timeout_shows_where_each_rank_was(where, tmp_path):
             num_processes=2,
             cluster=where,
             quiet=True,
-            timeout=15,
+            timeout=10,
         )
     stacks = caught.value.stacks
     assert sorted(stacks) == [0, 1], stacks

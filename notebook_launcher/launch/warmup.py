@@ -9,7 +9,8 @@ each worker imports on its own, on every launch. Three tiers:
   the first launch does not wait for it (a DDP worker of that first launch imports it itself) and
   every later launch forks with it. Outside a kernel (a script) there is no idle time to use: it
   is imported before the first fork.
-- deepspeed (~10 s per worker): before a DEEPSPEED launch, on machines without GPUs only.
+- deepspeed (~10 s per worker) and what its initialize() imports on first use (~2.4 s): before a
+  DEEPSPEED launch, on machines without GPUs only.
 
 Never initialises CUDA: importing these modules does not touch the driver.
 """
@@ -80,15 +81,29 @@ def _kernel_event_loop() -> Any:
         return None
 
 
+# What deepspeed.initialize() imports on first use, in every worker of every launch unless the kernel
+# has: its optimizer check imports the Muon optimizer, whose module applies torch.compile at import
+# time and so loads torch._inductor (~2.4 s per worker, on every DeepSpeed launch, measured here).
+DEEPSPEED_FIRST_USE_IMPORTS = ("deepspeed.runtime.zero.muon.muon_optimizer",)
+
+
 def warm_up_deepspeed() -> None:
     """Importing deepspeed takes ~10 s per worker; do it once here — on CPU-only machines only,
     because on a GPU machine its accelerator probing could touch the CUDA driver in the kernel."""
+    import importlib
+
     from ..hardware import detect
 
     if detect().cuda_device_count == 0:
         saved = dict(os.environ)  # importing deepspeed sets variables; the kernel must keep its own
         try:
             import deepspeed  # noqa: F401
+
+            for name in DEEPSPEED_FIRST_USE_IMPORTS:
+                try:
+                    importlib.import_module(name)
+                except Exception:  # another DeepSpeed version: the workers import what they need
+                    pass
         except Exception:
             pass  # the strategy reports a missing or broken install with the fix
         finally:
