@@ -20,7 +20,7 @@ from notebook_launcher.launch.rendezvous_watch import ENV, RendezvousWatch, all_
 from notebook_launcher.launch.result import RendezvousStalled
 from notebook_launcher.runtime.collective_log import IDLE, RENDEZVOUS, Activity
 
-STALL = 2.0  # seconds every rank waits together before the launcher gives up on that start
+STALL = 3.0  # seconds every rank waits together before the launcher gives up on that start
 
 
 def rank_one_stalls_in_the_rendezvous(folder, every_time):
@@ -97,8 +97,8 @@ def test_a_start_that_stalls_again_raises_with_where_each_rank_waited(tmp_path, 
 
 
 def test_a_rank_still_busy_before_its_rendezvous_is_not_a_stall(monkeypatch, capfd):
-    monkeypatch.setenv(ENV, "1")
-    result = notebook_launch(rank_one_arrives_late, args=(3.0,), num_processes=2)
+    monkeypatch.setenv(ENV, "2")  # rank 0 waits twice that long alone; a rendezvous itself takes ms
+    result = notebook_launch(rank_one_arrives_late, args=(4.0,), num_processes=2)
     assert [result[rank] for rank in range(2)] == [0, 1]
     assert "started again" not in capfd.readouterr().err
 
