@@ -258,6 +258,7 @@ def test_pick_settings_save_launch_and_watch_the_run(page, lab, notebook_dir):
     view.screenshot(path=str(ARTIFACTS / f"finished_run-{lab.app}.png"))
 
 
+@JUPYTERLAB_ONLY
 def test_stop_ends_every_worker(page, lab, notebook_dir):
     psutil = pytest.importorskip("psutil")
     long_panel = page.locator(".nl-config-panel").nth(1)

@@ -77,7 +77,7 @@ def test_what_a_worker_started_ends_with_the_launch(tmp_path, outcome):
     elif outcome == "timeout":
         with pytest.raises(LaunchTimeout):
             # long enough for both ranks to start their DataLoader workers on a loaded machine
-            notebook_launch(starts_grandchildren, args=args, num_processes=2, quiet=True, timeout=12)
+            notebook_launch(starts_grandchildren, args=args, num_processes=2, quiet=True, timeout=8)
     elif outcome == "stop":
         handle = start_launch(starts_grandchildren, args=args, num_processes=2, quiet=True)
         with pytest.raises(LaunchStopped):
