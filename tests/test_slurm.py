@@ -134,14 +134,8 @@ def test_preemption_requeues_and_resumes_from_the_latest_checkpoint(slurm, tmp_p
     )
     checkpoints = tmp_path / "run"
     handle = start_launch(checkpointed_steps, args=(str(checkpoints),), num_processes=2, cluster=where)
-    deadline = time.monotonic() + 180
-    while len(list((checkpoints / "checkpoints").glob("checkpoint_*"))) < 3:
-        assert not handle.done and time.monotonic() < deadline, "no checkpoint was written"
-        time.sleep(0.2)
-    job = _job_id(tmp_path)
-    for sig in ("TERM", "USR2"):
-        subprocess.run(["scancel", f"--signal={sig}", job], check=True)
-    _start_requeued_now(job)
+    _wait_for_checkpoints(handle, checkpoints, 3)
+    _preempt(_job_id(tmp_path))
     result = handle.wait(300)
     printed = capsys.readouterr().out
     reference = notebook_launch(
@@ -163,15 +157,9 @@ def test_a_loop_that_checks_preempted_saves_at_the_signal_and_resumes_there(wher
     same step and saves, the job is requeued, and the requeued launch resumes from that checkpoint."""
     run = tmp_path / "run"
     handle = start_launch(preemptible_steps, args=(str(run),), num_processes=2, cluster=where)
-    deadline = time.monotonic() + 180
-    while not list((run / "checkpoints").glob("checkpoint_*")):  # a periodic one (step 5)
-        assert not handle.done and time.monotonic() < deadline, "no checkpoint was written"
-        time.sleep(0.2)
+    _wait_for_checkpoints(handle, run, 1)  # a periodic one (step 5)
     before = {path.name for path in (run / "checkpoints").glob("checkpoint_*")}
-    job = _job_id(tmp_path)
-    for sig in ("TERM", "USR2"):
-        subprocess.run(["scancel", f"--signal={sig}", job], check=True)
-    _start_requeued_now(job)
+    _preempt(_job_id(tmp_path))
     result = handle.wait(300)
     printed = capsys.readouterr().out
     reference = notebook_launch(preemptible_steps, args=(str(tmp_path / "ref"),), num_processes=2, quiet=True)
@@ -189,6 +177,20 @@ def test_a_loop_that_checks_preempted_saves_at_the_signal_and_resumes_there(wher
     assert "every rank stopped after the same step (accelerator.preempted) and saved" in printed
     assert "requeued by submitit" in printed and "requeue 1" in printed
     assert slurm_jobs("nl-test") == []
+
+
+def _wait_for_checkpoints(handle, project, count: int, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while len(list((project / "checkpoints").glob("checkpoint_*"))) < count:
+        assert not handle.done and time.monotonic() < deadline, "no checkpoint was written"
+        time.sleep(0.2)
+
+
+def _preempt(job: str) -> None:
+    """What SLURM sends before preempting a job (SIGTERM, then submitit's USR2), and the requeue at once."""
+    for sig in ("TERM", "USR2"):
+        subprocess.run(["scancel", f"--signal={sig}", job], check=True)
+    _start_requeued_now(job)
 
 
 def _start_requeued_now(job: str, timeout: float = 120.0) -> None:

@@ -192,6 +192,11 @@ def _where(stacks: dict[int, str]) -> list[tuple[str, str]]:
     return [(f"where rank {rank} was", text) for rank, text in stacks.items() if text.strip()]
 
 
+def _where_text(stacks: dict[int, str]) -> str:
+    """The same, as plain text after an error's message (str(error), logs)."""
+    return "".join(f"\n--- {title} ---\n{text.strip()}" for title, text in _where(stacks))
+
+
 class LaunchTimeout(NotebookLauncherError, TimeoutError):
     """The launch ran past `timeout=`; every worker was stopped."""
 
@@ -208,8 +213,7 @@ class LaunchTimeout(NotebookLauncherError, TimeoutError):
         )
         if report is not None:
             self.summary += f"\nVerdict: {report.verdict}"
-        where = "".join(f"\n--- {title} ---\n{text.strip()}" for title, text in _where(self.stacks))
-        super().__init__(self.summary + where)
+        super().__init__(self.summary + _where_text(self.stacks))
 
     def _render_traceback_(self) -> list[str]:
         return render(type(self).__name__, self.summary, _where(self.stacks))
@@ -230,12 +234,10 @@ class RendezvousStalled(NotebookLauncherError, TimeoutError):
         self.summary = (
             f"Every rank waited in the rendezvous (init_process_group) for more than {seconds:g}s on this one "
             f"machine{tries}: the process group did not form, and every rank has been stopped. Look at where "
-            "each rank waited (below); a firewall or a socket interface that does not route (GLOO_SOCKET_IFNAME) "
-            "are the usual causes. NOTEBOOK_LAUNCHER_RENDEZVOUS_STALL_SECONDS sets the wait (0: never give up)."
+            "each rank waited (below). Seen so far: a rare gloo stall on a busy machine; a GLOO_SOCKET_IFNAME that "
+            "does not route to the main address would do the same. NOTEBOOK_LAUNCHER_RENDEZVOUS_STALL_SECONDS sets the wait (0: never give up)."
         )
-        super().__init__(
-            self.summary + "".join(f"\n--- {t} ---\n{x.strip()}" for t, x in _where(self.stacks))
-        )
+        super().__init__(self.summary + _where_text(self.stacks))
 
     def _render_traceback_(self) -> list[str]:
         return render(type(self).__name__, self.summary, _where(self.stacks))
