@@ -10,7 +10,7 @@ import torch.optim as optim
 from torch.utils.data import DataLoader, Dataset
 
 from notebook_launcher import Accelerator, notebook_launch
-from notebook_launcher.hardware import detect
+from notebook_launcher.system.hardware import detect
 
 
 class DiyModel(nn.Module):

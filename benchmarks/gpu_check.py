@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from notebook_launcher import notebook_launch
-from notebook_launcher.hardware import detect
+from notebook_launcher.system.hardware import detect
 
 GPU_SIZES = {"width": 1024, "heads": 16, "seq": 256, "batch": 16, "layers": 4}
 DRY_RUN_SIZES = {"width": 64, "heads": 4, "seq": 8, "batch": 4, "layers": 2}
@@ -155,7 +155,7 @@ def main() -> None:
     print(
         f"torch {torch.__version__}; {hw.cuda_device_count} GPU(s); fp8 supported: {hw.fp8_supported}; {sizes}"
     )
-    from notebook_launcher.runtime.fp8 import fp8_linear_names
+    from notebook_launcher.runtime.precision.fp8 import fp8_linear_names
 
     print("fp8 would convert:", fp8_linear_names(build_model(**{**sizes, "layers": 1})))
     if not args.dry_run_cpu:

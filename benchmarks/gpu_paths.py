@@ -216,9 +216,7 @@ CHECKS = [
 
 
 def run_all() -> None:
-    from notebook_launcher.hardware import (
-        detect,  # never torch.cuda.is_available(): it would touch the driver
-    )
+    from notebook_launcher.system.hardware import detect
 
     if not detect().has_cuda:
         print("SKIP GPU paths: no CUDA GPU here (the suite covers their mechanism on CPU).")

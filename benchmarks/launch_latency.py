@@ -31,7 +31,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from notebook_launcher import notebook_launch
-from notebook_launcher.launch.pool import release_warm_pool
+from notebook_launcher.launch.warm.pool import release_warm_pool
 
 THINK = 0.5
 

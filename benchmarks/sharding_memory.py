@@ -34,8 +34,8 @@ import torch
 from torch import nn
 
 from notebook_launcher import notebook_launch
-from notebook_launcher.host_memory import process_memory, reset_peak
-from notebook_launcher.memory_estimate import estimate_memory
+from notebook_launcher.estimate.memory_estimate import estimate_memory
+from notebook_launcher.system.host_memory import process_memory, reset_peak
 
 FSDP = {
     "distributed_type": "FSDP",

@@ -58,7 +58,7 @@ _LAZY = {
     "init_empty_weights": "notebook_launcher.runtime",
     "init_on_device": "notebook_launcher.runtime",
     "notebook_launch": "notebook_launcher.launch",
-    "estimate_memory": "notebook_launcher.memory_estimate",
+    "estimate_memory": "notebook_launcher.estimate.memory_estimate",
     "start_launch": "notebook_launcher.launch",
     "release_warm_pool": "notebook_launcher.launch",
     "RunHandle": "notebook_launcher.launch",

@@ -9,7 +9,7 @@ _LAZY = {
     **dict.fromkeys(
         ("AcceleratorState", "DistributedType", "GradientState", "PartialState"), "notebook_launcher.runtime"
     ),
-    "is_initialized": "notebook_launcher.runtime.shared_state",
+    "is_initialized": "notebook_launcher.runtime.world.shared_state",
 }
 _UNSUPPORTED = {
     "ThreadLocalSharedDict": "an Accelerate internal; the state objects here are plain per-process singletons",

@@ -29,7 +29,7 @@ def _no_leftover_children():
     yield
     # The warm pool (launch/pool.py) outlives a launch on purpose; end it so that every test still
     # proves it leaves nothing else behind, and that releasing the pool leaves nothing either.
-    pool = sys.modules.get("notebook_launcher.launch.pool")
+    pool = sys.modules.get("notebook_launcher.launch.warm.pool")
     if pool is not None:
         pool.release_warm_pool()
     import time

@@ -52,7 +52,7 @@ def train(
 
     if preempt:
         os.environ["NOTEBOOK_LAUNCHER_PREEMPTION_CHECK_SECONDS"] = str(preempt.get("check_seconds", 0))
-        from notebook_launcher.runtime import preemption
+        from notebook_launcher.runtime.world import preemption
     config = ProjectConfiguration(
         project_dir=project_dir, automatic_checkpoint_naming=True, total_limit=total_limit
     )

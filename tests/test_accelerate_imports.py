@@ -211,7 +211,7 @@ def test_accelerates_own_configuration_objects_are_accepted():
 
 
 def test_deepspeed_plugin_maps_onto_the_deepspeed_config(tmp_path):
-    from notebook_launcher.runtime.accelerator_config import _launch_config, _plugins
+    from notebook_launcher.runtime.accelerator.settings import _launch_config, _plugins
     from notebook_launcher.utils import DeepSpeedPlugin
 
     ds_file = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "auto"}}}

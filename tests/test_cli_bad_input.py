@@ -60,7 +60,7 @@ def test_bad_input_exits_2_with_one_clear_message(tmp_path, argv, files, fragmen
 
 
 def test_fp8_without_a_capable_gpu_is_refused_before_anything_starts(tmp_path):
-    from notebook_launcher.hardware import detect
+    from notebook_launcher.system.hardware import detect
 
     if detect().fp8_supported:
         pytest.skip("this machine can run fp8")
@@ -72,7 +72,7 @@ def test_fp8_without_a_capable_gpu_is_refused_before_anything_starts(tmp_path):
 
 
 def test_multi_gpu_without_gpus_is_refused(tmp_path):
-    from notebook_launcher.hardware import detect
+    from notebook_launcher.system.hardware import detect
 
     if detect().has_cuda:
         pytest.skip("this machine has GPUs")

@@ -12,7 +12,7 @@ import pytest
 from test_cli_helpers import cli_env, explain, run_cli
 
 from notebook_launcher.config import load_config
-from notebook_launcher.hardware import cpu_count
+from notebook_launcher.system.hardware import cpu_count
 
 SEED_EXAMPLE = """
 import torch, torch.nn as nn, torch.optim as optim
@@ -63,7 +63,7 @@ def _reports(directory) -> dict[int, dict]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(
-    importlib.util.find_spec("notebook_launcher.runtime.accelerator") is None,
+    importlib.util.find_spec("notebook_launcher.runtime.accelerator.facade") is None,
     reason="Accelerator not there yet",
 )
 def test_seed_example_runs_on_two_processes_and_bf16_reaches_the_accelerator(tmp_path):

@@ -8,8 +8,8 @@ import pytest
 from notebook_launcher import LaunchConfig
 from notebook_launcher.cli.resolve import machines_from_slurm
 from notebook_launcher.errors import ClusterEnvironmentError, ConfigError
-from notebook_launcher.runtime.environments import World, detect_world
-from notebook_launcher.schedulers import (
+from notebook_launcher.runtime.world.environments import World, detect_world
+from notebook_launcher.system.schedulers import (
     PORT_BASE,
     PORT_SPAN,
     derived_port,
@@ -223,7 +223,7 @@ def test_partial_or_conflicting_environments_are_errors_that_name_the_variables(
 
 def test_the_accelerator_refuses_a_partial_environment(monkeypatch):
     from notebook_launcher import Accelerator
-    from notebook_launcher.runtime.state import reset_state
+    from notebook_launcher.runtime.world.state import reset_state
 
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)

@@ -15,8 +15,8 @@ import pytest
 from netns import clean_env, explain, finish_all
 from test_cli_helpers import free_port
 
-from notebook_launcher.network import port_is_free
-from notebook_launcher.schedulers import derived_port
+from notebook_launcher.system.network import port_is_free
+from notebook_launcher.system.schedulers import derived_port
 
 
 def slurm_port(job: int) -> int:
@@ -29,7 +29,7 @@ SCRIPT = """
 import json, os
 import torch, torch.distributed as dist
 from notebook_launcher import Accelerator
-from notebook_launcher.runtime.environments import detect_world
+from notebook_launcher.runtime.world.environments import detect_world
 source = detect_world().source
 acc = Accelerator()
 value = torch.tensor([float(acc.process_index + 1)])

@@ -98,7 +98,7 @@ def test_the_table_covers_every_combination_and_prints():
 
 
 def test_a_factory_is_built_on_the_meta_device_without_memory():
-    from notebook_launcher.host_memory import process_memory
+    from notebook_launcher.system.host_memory import process_memory
 
     before = process_memory().rss
     r = row(lambda: nn.Sequential(*(nn.Linear(20_000, 20_000) for _ in range(40))), "DDP")  # 64 GB real

@@ -22,9 +22,9 @@ from fake_cuda import describe, fake_cuda, fake_cuda_module
 from notebook_launcher import WorkerError, notebook_launch
 from notebook_launcher.config import LaunchConfig
 from notebook_launcher.errors import ConfigError
-from notebook_launcher.hardware import GPUInfo, HardwareInfo, loaded_libcuda
 from notebook_launcher.launch import planning
-from notebook_launcher.launch.payload import pickle_target
+from notebook_launcher.launch.worker.payload import pickle_target
+from notebook_launcher.system.hardware import GPUInfo, HardwareInfo, loaded_libcuda
 
 
 # ------------------------------------------------------------- worker -> kernel: on the CPU
@@ -122,7 +122,7 @@ def test_a_kernel_whose_driver_was_initialised_starts_workers_without_fork(tmp_p
 
 
 def test_a_driver_hazard_is_a_clear_error_for_fork_and_the_warm_pool_for_auto(monkeypatch):
-    from notebook_launcher import hardware
+    from notebook_launcher.system import hardware
 
     monkeypatch.setattr(hardware, "cuda_driver_initialized", lambda: True)
     method, note = planning.choose_start_method("auto")
@@ -140,7 +140,7 @@ def make_accelerator():
 def test_a_worker_forked_after_the_driver_was_initialised_says_how_to_fix(monkeypatch):
     # What a child of such a parent sees
     # (the driver library mapped into the process, torch's bad-fork flag set, GPUs NVML can count).
-    from notebook_launcher import hardware
+    from notebook_launcher.system import hardware
 
     monkeypatch.setattr(hardware, "loaded_libcuda", lambda maps_text=None: "/usr/lib/libcuda.so.1")
     monkeypatch.setattr(hardware, "cuda_fork_hazard", lambda: None)  # a parent that did not notice
@@ -158,8 +158,8 @@ def test_a_worker_forked_after_the_driver_was_initialised_says_how_to_fix(monkey
 def test_a_poisoned_fork_without_a_driver_is_harmless(monkeypatch):
     """A CUDA build of torch on a machine without an NVIDIA driver flags every forked child (seen
     with torch 2.6 here), but no driver was loaded: such a worker must run on the CPU, not fail."""
-    from notebook_launcher import hardware
-    from notebook_launcher.runtime.state import _pick_device
+    from notebook_launcher.runtime.world.state import _pick_device
+    from notebook_launcher.system import hardware
 
     monkeypatch.setattr(torch.cuda, "_is_in_bad_fork", lambda: True)
     monkeypatch.setattr(hardware, "loaded_libcuda", lambda maps_text=None: None)
@@ -175,7 +175,7 @@ def four_gpus():
 
 
 def test_gpu_ids_set_the_default_number_of_processes(monkeypatch):
-    from notebook_launcher import hardware
+    from notebook_launcher.system import hardware
 
     monkeypatch.setattr(hardware, "detect", four_gpus)
     said = []

@@ -18,7 +18,7 @@ import torch
 
 from notebook_launcher import ConfigError, LaunchConfig, save_config
 from notebook_launcher.interactive import CellInterrupted, RankError, Ranks, RanksBroken, RanksStartError
-from notebook_launcher.network import port_is_free
+from notebook_launcher.system.network import port_is_free
 
 COLLECTIVE = (
     "import torch, torch.distributed as dist\n"
@@ -234,7 +234,7 @@ def test_a_config_file_and_arguments_as_in_notebook_launch(tmp_path):
 
 
 def test_a_rank_that_cannot_start_says_why_and_leaves_nothing(monkeypatch):
-    import notebook_launcher.runtime.state as state
+    import notebook_launcher.runtime.world.state as state
 
     def refuse(*args, **kwargs):
         raise RuntimeError("no process group for you")
@@ -259,7 +259,7 @@ def test_spawned_ranks():
 def test_ranks_from_the_warm_pool_take_the_kernels_current_state(monkeypatch):
     """What `auto` uses in a kernel that holds CUDA: ranks forked by the warm pool's server, which
     was started earlier — they still see the kernel's environment as it is when they start."""
-    from notebook_launcher.launch.pool import warm_pool
+    from notebook_launcher.launch.warm.pool import warm_pool
 
     warm_pool().ensure_server()
     monkeypatch.setenv("RANKS_FLAG", "set after the server started")

@@ -15,8 +15,8 @@ import psutil
 import pytest
 
 from notebook_launcher import LaunchTimeout, WorkerError, notebook_launch
-from notebook_launcher.launch import supervisor as supervisor_module
 from notebook_launcher.launch.events import MetricLogged, RunStarted
+from notebook_launcher.launch.supervise import supervisor as supervisor_module
 
 WORKER_ONLY_MODULE = "class Thing:\n    def __init__(self, n):\n        self.n = n\n"
 

@@ -77,7 +77,7 @@ def test_cuda_initialised_kernel_switches_to_the_warm_pool_and_says_so(tmp_path)
         [
             DEFINE,
             # Pretend this kernel already created a CUDA context (no GPU on CI machines).
-            "import notebook_launcher.hardware as hw; hw.cuda_initialized = lambda: True",
+            "import notebook_launcher.system.hardware as hw; hw.cuda_initialized = lambda: True",
             "result = notebook_launch(train, args=(1,), num_processes=2, timeout=150)",
             "print(result.start_method, [r['instance'] for r in result])",
         ],
@@ -92,7 +92,7 @@ def test_explicit_fork_on_a_cuda_kernel_is_a_clear_error(tmp_path):
     nb.cells = [
         nbformat.v4.new_code_cell(DEFINE),
         nbformat.v4.new_code_cell(
-            "import notebook_launcher.hardware as hw; hw.cuda_initialized = lambda: True"
+            "import notebook_launcher.system.hardware as hw; hw.cuda_initialized = lambda: True"
         ),
         nbformat.v4.new_code_cell("notebook_launch(train, args=(1,), num_processes=2, start_method='fork')"),
     ]

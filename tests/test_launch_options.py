@@ -13,8 +13,8 @@ import torch
 from test_cli_helpers import free_port
 
 from notebook_launcher import LaunchTimeout, WorkerError, notebook_launch
-from notebook_launcher.hardware import cpu_count
-from notebook_launcher.network import port_is_free
+from notebook_launcher.system.hardware import cpu_count
+from notebook_launcher.system.network import port_is_free
 
 
 def rank_and_threads():
@@ -63,7 +63,7 @@ def both_ranks_fail(folder):
     """Rank 1 fails first; rank 0 fails too once rank 1 has exited (so after the launcher saw rank 1's
     failure, whatever the machine's load), ignoring the launcher's stop signal to get that far."""
     from notebook_launcher import Accelerator
-    from notebook_launcher.launch.processes import STOP_SIGNALS
+    from notebook_launcher.launch.supervise.processes import STOP_SIGNALS
 
     if os.environ["RANK"] == "0":  # before anything else: the stop may come as soon as rank 1 fails
         # Both of the stop's signals: its SIGTERM (meant for what a worker started) ends a rank that

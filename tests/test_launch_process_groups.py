@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from notebook_launcher import LaunchStopped, LaunchTimeout, WorkerError, notebook_launch, start_launch
-from notebook_launcher.launch.processes import Worker, kill_and_reap
+from notebook_launcher.launch.supervise.processes import Worker, kill_and_reap
 
 
 def starts_grandchildren(directory, then):
@@ -121,7 +121,7 @@ def _pipes(multiprocessing):
 def test_reaping_a_worker_that_survives_sigkill_is_bounded_and_named(monkeypatch):
     import multiprocessing
 
-    from notebook_launcher.launch import processes
+    from notebook_launcher.launch.supervise import processes
 
     monkeypatch.setattr(processes.os, "waitpid", lambda pid, flags: (0, 0))  # "still running"
     ends = _pipes(multiprocessing)

@@ -1,13 +1,17 @@
 """Live memory: every worker samples its memory through the channel; `result.memory` keeps the
 samples, a warning comes before the limit, and the RunView shows both. Plus the readers of
-notebook_launcher/host_memory.py on fake /proc and /sys trees."""
+notebook_launcher/system/host_memory.py on fake /proc and /sys trees."""
 
 from pathlib import Path
 
 import pytest
 
 from notebook_launcher import notebook_launch
-from notebook_launcher.host_memory import (
+from notebook_launcher.launch.events import MemorySampled, MemoryWarning, RunStarted
+from notebook_launcher.launch.supervise.memory_watch import MemoryWatch
+from notebook_launcher.launch.supervise.stacks import readable
+from notebook_launcher.launch.worker import memory_sampler
+from notebook_launcher.system.host_memory import (
     LIMIT_ENV,
     _cgroup_v1,
     _cgroup_v2,
@@ -15,10 +19,6 @@ from notebook_launcher.host_memory import (
     parse_bytes,
     process_memory,
 )
-from notebook_launcher.launch import memory_sampler
-from notebook_launcher.launch.events import MemorySampled, MemoryWarning, RunStarted
-from notebook_launcher.launch.memory_watch import MemoryWatch
-from notebook_launcher.launch.stacks import readable
 from notebook_launcher.widgets.run_state import RunState
 
 ALLOCATED = 160 * 2**20
@@ -141,7 +141,7 @@ def free_blocks_in_the_heap() -> int:
     live chunks, and none goes back: measured 0 of 200 MiB without the worker's mallopt."""
     import torch
 
-    from notebook_launcher.host_memory import process_memory
+    from notebook_launcher.system.host_memory import process_memory
 
     first = torch.ones(4 * 2**20)
     del first

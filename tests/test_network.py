@@ -13,7 +13,7 @@ from test_cli_helpers import free_port
 
 from notebook_launcher.errors import NetworkError
 from notebook_launcher.launch.planning import machine_network
-from notebook_launcher.network import (
+from notebook_launcher.system.network import (
     SOCKET_IFNAME_VARS,
     interface_addresses,
     route_to,
@@ -133,7 +133,7 @@ def test_an_unknown_host_name_is_named():
 
 def test_a_machine_name_that_resolves_to_loopback_gets_a_hint(monkeypatch):
     """Debian's /etc/hosts maps the own hostname to 127.0.1.1: other machines cannot use that."""
-    import notebook_launcher.network as network
+    import notebook_launcher.system.network as network
 
     monkeypatch.setattr(network, "resolve_host", lambda host: "127.0.0.1")
     _env, note = socket_interface_env("node0", 29500, environ={})

@@ -14,7 +14,7 @@ import torch  # noqa: F401 - imported before two launches start in threads (a co
 from test_cli_helpers import cli_env, explain, free_port, run_cli
 
 from notebook_launcher import notebook_launch
-from notebook_launcher.store import ALL_INTERFACES, LOOPBACK, store_bind_address
+from notebook_launcher.system.store import ALL_INTERFACES, LOOPBACK, store_bind_address
 
 
 def store_listeners():

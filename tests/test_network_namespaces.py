@@ -52,7 +52,7 @@ ACCELERATOR_SCRIPT = """
 import json, os
 import torch, torch.distributed as dist
 from notebook_launcher import Accelerator
-from notebook_launcher.runtime.environments import detect_world
+from notebook_launcher.runtime.world.environments import detect_world
 source = detect_world().source
 acc = Accelerator()
 value = torch.tensor([float(acc.process_index + 1)])

@@ -128,7 +128,7 @@ QUICKSTART_FACTS = (
 
 # --------------------------------------------------------------------------- 02 mixed precision
 def check_mixed_precision(nb) -> None:
-    from notebook_launcher.hardware import detect
+    from notebook_launcher.system.hardware import detect
 
     got = facts(nb)
     modes = got["modes"]

@@ -167,7 +167,7 @@ def test_deepspeed_fp16_overflow_does_not_step_the_scheduler():
     False); the Accelerator's scheduler must then stay put, as with our own GradScaler. CPU DeepSpeed
     has no fp16, so the engine here is a stand-in answering like the real one after each step."""
     from notebook_launcher.runtime.data import GradientState
-    from notebook_launcher.runtime.precision import Precision
+    from notebook_launcher.runtime.precision.mixed import Precision
     from notebook_launcher.runtime.strategies.deepspeed.strategy import EngineOptimizer
     from notebook_launcher.runtime.wrappers import AcceleratedOptimizer, AcceleratedScheduler
 
@@ -224,7 +224,7 @@ def test_init_process_group_kwargs_backend_and_init_method_are_applied(tmp_path)
 
 
 def test_init_process_group_kwargs_backend_is_checked():
-    from notebook_launcher.runtime.state import _check_backend
+    from notebook_launcher.runtime.world.state import _check_backend
 
     with pytest.raises(AcceleratorError, match=r"backend='bogus'\) is not a torch.distributed backend"):
         _check_backend("bogus", torch.device("cpu"))
@@ -256,7 +256,7 @@ def test_rng_types_torch_makes_every_rank_draw_alike(rng_types, same):
 
 
 def test_rng_types_are_checked():
-    from notebook_launcher.runtime.rng_sync import check_rng_types
+    from notebook_launcher.runtime.world.rng_sync import check_rng_types
 
     cpu = torch.device("cpu")
     assert check_rng_types(["generator", "torch"], cpu) == ["torch"]  # the loader's own: always agreed

@@ -16,9 +16,14 @@ import pytest
 
 from notebook_launcher import notebook_launch
 from notebook_launcher.errors import ConfigError
-from notebook_launcher.launch.rendezvous_watch import ENV, RendezvousWatch, all_waiting_since, stall_seconds
+from notebook_launcher.launch.faults.rendezvous_watch import (
+    ENV,
+    RendezvousWatch,
+    all_waiting_since,
+    stall_seconds,
+)
 from notebook_launcher.launch.result import RendezvousStalled
-from notebook_launcher.runtime.collective_log import IDLE, RENDEZVOUS, Activity
+from notebook_launcher.runtime.world.collective_log import IDLE, RENDEZVOUS, Activity
 
 STALL = 3.0  # seconds every rank waits together before the launcher gives up on that start
 

@@ -30,7 +30,7 @@ def assert_bitwise(got: dict, want: dict) -> None:
 
 # ------------------------------------------------------------------ one process
 def test_init_empty_weights_puts_parameters_on_meta_and_keeps_buffers():
-    from notebook_launcher.host_memory import process_memory
+    from notebook_launcher.system.host_memory import process_memory
 
     before = process_memory().rss
     with init_empty_weights():  # 64 GB of weights if they were real

@@ -9,7 +9,7 @@ from torch import nn
 
 from notebook_launcher import LaunchConfig
 from notebook_launcher.errors import ConfigError
-from notebook_launcher.runtime import fp8
+from notebook_launcher.runtime.precision import fp8
 from notebook_launcher.runtime.strategies.deepspeed.config import build_engine_config
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from notebook_launcher import notebook_launch
-from notebook_launcher.memory_estimate import estimate_memory
+from notebook_launcher.estimate.memory_estimate import estimate_memory
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from sharding_memory import FSDP, ZERO3, build_model, measure  # noqa: E402

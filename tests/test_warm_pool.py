@@ -14,8 +14,8 @@ import psutil
 import pytest
 
 from notebook_launcher import WorkerError, notebook_launch
-from notebook_launcher.launch import pool as pool_module
-from notebook_launcher.launch.pool import release_warm_pool, warm_pool
+from notebook_launcher.launch.warm import pool as pool_module
+from notebook_launcher.launch.warm.pool import release_warm_pool, warm_pool
 
 pytestmark = (
     pytest.mark.slow
@@ -158,7 +158,7 @@ SCRIPT = textwrap.dedent(
     import os, sys, time
     import psutil
     from notebook_launcher import notebook_launch
-    from notebook_launcher.launch.pool import warm_pool
+    from notebook_launcher.launch.warm.pool import warm_pool
     def pid():
         return os.getpid()
     if __name__ == "__main__":

@@ -6,7 +6,7 @@ import pytest
 
 from notebook_launcher.config import LaunchConfig, load_config
 from notebook_launcher.errors import ConfigError
-from notebook_launcher.hardware import GPUInfo, HardwareInfo
+from notebook_launcher.system.hardware import GPUInfo, HardwareInfo
 from notebook_launcher.widgets import ConfigPanel
 
 CPU_ONLY = HardwareInfo(cpu_count=4)

@@ -5,7 +5,7 @@ ARGS...` in every worker. This shim adds three things to running the target. The
 the launcher: torchrun starts each worker in a session of its own, so a launcher killed with
 SIGKILL (an OOM killer, a scheduler, a test timeout) used to leave its workers running, holding
 GPUs. glibc is told to return freed tensors' memory to the system at once (see
-notebook_launcher/host_memory.py). And when the script raises, it records the exception in the
+notebook_launcher/system/host_memory.py). And when the script raises, it records the exception in the
 error file torchrun hands each worker (TORCHELASTIC_ERROR_FILE, written through torch's own
 ErrorHandler), so the launcher can name the failing rank and show its traceback. Plain scripts do
 not write that file themselves (it needs torch's `@record` around an entry function).
@@ -106,7 +106,7 @@ def main(argv: list[str]) -> None:
         raise SystemExit(USAGE)
     kind, target, *args = argv
     die_with_launcher()
-    from ..host_memory import return_freed_memory_to_os
+    from ..system.host_memory import return_freed_memory_to_os
 
     return_freed_memory_to_os()  # as in notebook_launch's workers: freed tensors go back to the system
     try:

@@ -8,7 +8,7 @@ estimates training memory per rank per strategy instead, for a model defined in 
 
 from __future__ import annotations
 
-from ..memory_estimate import OPTIMIZER_STATES, PRECISIONS, STRATEGIES, estimate_memory
+from ..estimate.memory_estimate import OPTIMIZER_STATES, PRECISIONS, STRATEGIES, estimate_memory
 from .flags import Parser, UsageError, count
 
 # Strategy names as typed on a command line (case-insensitive) -> the table's names.

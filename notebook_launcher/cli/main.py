@@ -182,7 +182,7 @@ def execute_plan(plan: RunPlan) -> int:
 def _generate_config(config_file: str | None) -> Path:
     """Run the questionnaire on stdin/stdout and write the answers to `config_file` (or the default file)."""
     from ..config import default_config_path, save_config
-    from ..hardware import detect
+    from ..system.hardware import detect
     from .questionnaire import Asker, ask_config
 
     path = Path(config_file).expanduser() if config_file else default_config_path()
@@ -223,7 +223,7 @@ def config_command(argv: list[str]) -> int:
 
 def _write_default(config_file: str | None, force: bool) -> int:
     from ..config import LaunchConfig, default_config_path, save_config
-    from ..hardware import detect
+    from ..system.hardware import detect
 
     path = Path(config_file).expanduser() if config_file else default_config_path()
     if path.exists() and not force:
@@ -244,7 +244,7 @@ def _show(config_file: str | None) -> int:
     import yaml
 
     from ..config import to_file_dict
-    from ..hardware import detect
+    from ..system.hardware import detect
     from .resolve import fill_detected, read_config_file
 
     config, source = read_config_file(config_file)

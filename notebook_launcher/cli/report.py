@@ -97,7 +97,7 @@ def _config_lines(config_file: str | None) -> list[str]:
 
 def env_report(config_file: str | None = None) -> str:
     """The report as text, one `- key: value` line per fact, ready to paste into an issue."""
-    from ..hardware import detect
+    from ..system.hardware import detect
 
     rows: list[tuple[str, str]] = [(f"{name} version", _version(name)) for name in PACKAGES]
     rows += [

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..config import LaunchConfig, default_config_path, load_config
 from ..errors import ConfigError
-from ..schedulers import batch_job, slurm_step
+from ..system.schedulers import batch_job, slurm_step
 from .flags import DEEPSPEED_FLAGS, FLAGS, FSDP_FLAGS, UsageError
 
 DEFAULT_PORT = 29500
@@ -113,7 +113,7 @@ def resolve_launch_config(
 ) -> tuple[LaunchConfig, ConfigSource]:
     """The config to launch with, fully filled in; raises UsageError / ConfigError on bad input.
 
-    `hardware` is a `notebook_launcher.hardware.HardwareInfo`; detected here when not given (after
+    `hardware` is a `notebook_launcher.system.hardware.HardwareInfo`; detected here when not given (after
     every check that does not need it, so bad input fails fast without importing torch).
     """
     base, source = read_config_file(getattr(args, "config_file", None))
@@ -141,7 +141,7 @@ def resolve_launch_config(
             "install it with `pip install 'notebook_launcher[deepspeed]'` or choose another strategy."
         )
     if hardware is None:
-        from ..hardware import detect
+        from ..system.hardware import detect
 
         hardware = detect()
     return fill_detected(config, hardware), source
@@ -168,7 +168,7 @@ def _processes_flag_beats_single(
 
 
 def visible_gpu_count(config: LaunchConfig, hardware: Any) -> int:
-    from ..hardware import visible_gpu_count as count
+    from ..system.hardware import visible_gpu_count as count
 
     return count(config.gpu_ids, hardware)
 

@@ -28,7 +28,7 @@ def choose_processes(args: Any) -> None:
     if config.num_processes is not None:
         return
     if not (args.cpu or config.use_cpu):
-        from ..hardware import detect
+        from ..system.hardware import detect
 
         if detect().cuda_device_count:
             return  # one process per GPU, as `launch` does

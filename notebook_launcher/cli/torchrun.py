@@ -26,8 +26,8 @@ from typing import Any
 from ..config import LaunchConfig, config_to_env, patched_environ, to_file_dict
 from ..config.env import GRACEFUL_PREEMPTION_ENV
 from ..errors import ConfigError, NetworkError
-from ..network import free_port, port_is_free, socket_interface_env, wait_for_main
-from ..store import ALL_INTERFACES, LOOPBACK, host_store, store_bind_address
+from ..system.network import free_port, port_is_free, socket_interface_env, wait_for_main
+from ..system.store import ALL_INTERFACES, LOOPBACK, host_store, store_bind_address
 from .bootstrap import LAUNCHER_PID_ENV
 
 BOOTSTRAP = "notebook_launcher.cli.bootstrap"
@@ -89,7 +89,7 @@ def omp_threads(config: LaunchConfig, requested: int | None, local_processes: in
         return str(requested)
     if os.environ.get("OMP_NUM_THREADS"):
         return None
-    from ..hardware import cpu_count
+    from ..system.hardware import cpu_count
 
     return str(max(1, cpu_count() // max(1, local_processes)))
 
@@ -114,7 +114,7 @@ def build_plan(
     local = int(config.num_processes) // config.num_machines
     args = [f"--nnodes={config.num_machines}", f"--nproc_per_node={local}", *_rendezvous_args(config, notes)]
     args += [f"--max_restarts={config.max_restarts}", f"--monitor_interval={config.monitor_interval}"]
-    from ..hardware import ranks_run_on_cpu
+    from ..system.hardware import ranks_run_on_cpu
 
     env = dict(config_to_env(config, cpu_world=ranks_run_on_cpu(config.runs_on_cpu)))
     if rank_prefix and tee is None:

@@ -13,7 +13,7 @@ from typing import Any
 from ..config import CLUSTER_TYPES, LaunchConfig
 from ..errors import ConfigError, bad_value
 from ..launch import planning
-from ..launch.payload import pickle_target
+from ..launch.worker.payload import pickle_target
 from .driver import ClusterRun
 from .node import NodeJob
 from .ray import RayCluster

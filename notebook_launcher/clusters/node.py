@@ -22,7 +22,7 @@ from ..launch import planning
 from ..launch.events import OutputLine
 from ..launch.planning import LaunchPlan
 from ..launch.result import LaunchStopped, LaunchTimeout, RankFailure, WorkerError
-from ..launch.supervisor import Supervisor
+from ..launch.supervise.supervisor import Supervisor
 
 
 @dataclass
@@ -113,7 +113,7 @@ class NodeRun:
 
     def request_preemption(self, signum: int) -> None:
         """Ask every running rank of this node to stop after its current step (runtime/preemption.py)."""
-        from ..launch.processes import signal_process
+        from ..launch.supervise.processes import signal_process
 
         for worker in self.supervisor.workers if self.supervisor else ():
             if worker.alive and worker.started:
@@ -171,6 +171,6 @@ def _portable(failure: RankFailure) -> RankFailure:
 
 def _warm_up(config: LaunchConfig) -> None:
     """What every forked worker would import on its own, imported once on the node."""
-    from ..launch.warmup import warm_up
+    from ..launch.warm.warmup import warm_up
 
     warm_up(config)

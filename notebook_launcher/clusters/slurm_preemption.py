@@ -5,7 +5,7 @@ submitit's own handler requeue the job (its `checkpoint()` and `scontrol requeue
 
 The workers never see SLURM's signals themselves (they are blocked in them): a second SIGTERM
 would end them at once, and SIGUSR2 would mean nothing to them. Each gets one request from here,
-a real-time signal that is never blocked there (notebook_launcher/signals.py) whichever signal
+a real-time signal that is never blocked there (notebook_launcher/system/signals.py) whichever signal
 submitit was told to use (SUBMITIT_PREEMPT_SIGNAL=USR1 included), read by runtime/preemption.py.
 A function that never checks is stopped after a grace period
 (NOTEBOOK_LAUNCHER_SLURM_GRACE_SECONDS, 60 s: submitit's signal comes 90 s before the time limit)
@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..signals import PREEMPTION_REQUEST_SIGNAL
+from ..system.signals import PREEMPTION_REQUEST_SIGNAL
 
 REQUEST_SIGNAL = PREEMPTION_REQUEST_SIGNAL  # what a worker reads as "stop after this step"
 GRACE_SECONDS = 60.0

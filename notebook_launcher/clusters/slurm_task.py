@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..launch.events import MetricLogged, OutputLine, ProgressUpdate, RunStarted
-from ..schedulers import derived_port
+from ..system.schedulers import derived_port
 from .node import NodeJob, NodeOutcome, NodeRun
 from .slurm_preemption import SlurmPreemption, requeue_signal
 

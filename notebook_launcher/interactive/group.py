@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ..launch import channel
-from ..launch.forksafety import HelperProcesses, release_openmp_threads
-from ..launch.inbox import Inbox
-from ..launch.processes import Worker, kill_and_reap, signal_group, signal_process, stop_group
 from ..launch.result import RunRecord
-from ..launch.standby import LaunchState
+from ..launch.supervise.inbox import Inbox
+from ..launch.supervise.processes import Worker, kill_and_reap, signal_group, signal_process, stop_group
+from ..launch.warm.standby import LaunchState
+from ..launch.worker import channel
+from ..launch.worker.forksafety import HelperProcesses, release_openmp_threads
 from . import protocol
 from .rank_process import serve_rank
 

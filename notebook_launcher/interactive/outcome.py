@@ -99,7 +99,7 @@ class CellInterrupted(KeyboardInterrupt):
 
 def failure_from_reply(rank: int, error: dict[str, Any]) -> RankFailure:
     """A RankFailure (the launch's record of one rank's error) from a rank's REPLY."""
-    from ..launch.channel import rebuild_exception
+    from ..launch.worker.channel import rebuild_exception
 
     return RankFailure(
         rank=rank,

@@ -13,7 +13,7 @@ import os
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ..launch.channel import WorkerChannel, describe_exception
+from ..launch.worker.channel import WorkerChannel, describe_exception
 from . import execution, protocol
 
 execution.own_module(__file__)
@@ -46,8 +46,8 @@ def serve_rank(
 
     `state` (a standby.LaunchState) comes with ranks forked by the warm pool's server, which was
     started earlier: the kernel's env, cwd and sys.path as they are now, and fresh generators."""
-    from ..launch.standby import adopt
-    from ..launch.worker import prepare_process
+    from ..launch.warm.standby import adopt
+    from ..launch.worker.entry import prepare_process
 
     prepare_process(out_conn, err_conn)
     if state is not None:
@@ -74,7 +74,7 @@ def _start_rank(spec: Any, replies: Replies) -> None:
     """Threads, telemetry and the process group, as `Accelerator()` in a launch would set them up."""
     from ..config import config_from_env
     from ..runtime import telemetry
-    from ..runtime.state import exit_without_teardown, get_state
+    from ..runtime.world.state import exit_without_teardown, get_state
 
     exit_without_teardown()
     if spec.threads is not None:
@@ -110,7 +110,7 @@ def _command_loop(cmd_conn: Connection, replies: Replies, rank: int) -> None:
 
 
 def _run(command: str, payload: dict[str, Any], namespace: dict[str, Any], rank: int) -> bytes | None:
-    from ..launch.host_pickle import dumps_on_host
+    from ..launch.worker.host_pickle import dumps_on_host
 
     if command == protocol.EXEC:
         value = execution.run_cell(payload["code"], namespace, payload["filename"])

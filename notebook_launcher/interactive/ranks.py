@@ -17,9 +17,9 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..launch import planning
-from ..launch.channel import load_pickled
 from ..launch.output import CellPrinter
 from ..launch.planning import LaunchPlan
+from ..launch.worker.channel import load_pickled
 from . import protocol
 from .group import RankGroup, describe_exit
 from .outcome import CellInterrupted, RankError, RanksBroken, RanksError, failure_from_reply
@@ -129,7 +129,7 @@ class Ranks:
             payload = {"code": code_or_function, "filename": _cell_name(), "show": False, "want_value": True}
             replies = self._request(protocol.EXEC, payload, chosen)
         elif callable(code_or_function):
-            from ..launch.host_pickle import dumps_on_host
+            from ..launch.worker.host_pickle import dumps_on_host
 
             blob = dumps_on_host((code_or_function, tuple(args), dict(kwargs)))
             replies = self._request(protocol.CALL, {"payload": blob}, chosen)
@@ -151,7 +151,7 @@ class Ranks:
     def push(self, values: Mapping[str, Any] | None = None, /, *, ranks: Any = None, **named: Any) -> None:
         """Set names in each rank's namespace: push(lr=1e-3), or push({"ranks": obj}) for a name
         that is one of this method's keywords. GPU tensors travel on the CPU."""
-        from ..launch.host_pickle import dumps_on_host
+        from ..launch.worker.host_pickle import dumps_on_host
 
         data = {**dict(values or {}), **named}
         bad = [k for k in data if not (isinstance(k, str) and k.isidentifier())]
@@ -238,7 +238,7 @@ def plan_group(
             "(num_nodes=...) or `notebook-launcher launch` for a run over several machines."
         )
     if method == "fork":
-        from ..launch.warmup import warm_up
+        from ..launch.warm.warmup import warm_up
 
         warm_up(cfg)
     addr, port, store = planning.rendezvous(cfg, 1)

@@ -12,7 +12,6 @@ public face, widgets, clusters and interactive. Never by runtime or cli. Widgets
 
 from .handle import RunHandle
 from .notebook import notebook_launch, start_launch
-from .pool import release_warm_pool
 from .result import (
     LaunchPreempted,
     LaunchResult,
@@ -21,6 +20,7 @@ from .result import (
     RendezvousStalled,
     WorkerError,
 )
+from .warm.pool import release_warm_pool
 
 __all__ = [
     "LaunchPreempted",

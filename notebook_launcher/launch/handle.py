@@ -8,9 +8,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .hang_report import HangReport
+from .faults.hang_report import HangReport
+from .faults.restarts import RestartingRun
 from .planning import LaunchPlan
-from .restarts import RestartingRun
 from .result import LaunchResult
 
 

@@ -16,8 +16,8 @@ from .result import LaunchResult, metric_row
 
 
 def run_in_process(fn: Callable[..., Any], args: tuple, kwargs: dict, config: LaunchConfig) -> LaunchResult:
-    from ..hardware import ranks_run_on_cpu
     from ..runtime import reset_state, telemetry
+    from ..system.hardware import ranks_run_on_cpu
 
     env = worker_env(
         rank=0,

@@ -12,13 +12,13 @@ from typing import Any
 
 from ..errors import ConfigError
 from . import planning
+from .faults.restarts import RestartingRun, check_restart_on
 from .handle import RunHandle, collect_result
 from .output import CellPrinter
-from .payload import pickle_target
 from .planning import LaunchPlan
-from .restarts import RestartingRun, check_restart_on
 from .result import LaunchResult
-from .warmup import warm_up
+from .warm.warmup import warm_up
+from .worker.payload import pickle_target
 
 
 def _prepare(

@@ -13,10 +13,10 @@ from typing import Any
 
 from ..config import LaunchConfig, resolve_config, worker_env
 from ..errors import ConfigError
-from ..network import port_is_free, socket_interface_env, wait_for_main
-from ..store import LOOPBACK, host_store, store_bind_address
+from ..system.network import port_is_free, socket_interface_env, wait_for_main
+from ..system.store import LOOPBACK, host_store, store_bind_address
 from .result import LaunchStopped
-from .worker import WorkerSpec
+from .worker.entry import WorkerSpec
 
 
 @dataclass
@@ -56,7 +56,7 @@ def start_context(method: str) -> tuple[Any, Any]:
     warm pool (its server, torch preloaded), any other method torch's own context."""
     import torch.multiprocessing as mp
 
-    from .pool import warm_pool
+    from .warm.pool import warm_pool
 
     pool = warm_pool() if method == "forkserver" else None
     return (pool.ensure_server() if pool else mp.get_context(method)), pool
@@ -78,7 +78,7 @@ def count_processes(requested: int | None, config: LaunchConfig, say: Callable[[
         return requested
     if config.num_processes is not None:
         return config.num_processes // config.num_machines
-    from ..hardware import detect, visible_gpu_count
+    from ..system.hardware import detect, visible_gpu_count
 
     gpus = 0 if config.runs_on_cpu else visible_gpu_count(config.gpu_ids, detect())
     if gpus:
@@ -127,7 +127,7 @@ def check_gpu_ids(config: LaunchConfig) -> None:
         raise ConfigError(
             f"gpu_ids={config.gpu_ids!r} must be comma-separated GPU indices such as '0,1', or 'all'."
         )
-    from ..hardware import detect
+    from ..system.hardware import detect
 
     count = detect().cuda_device_count
     missing = [i for i in ids if int(i) >= count]
@@ -206,7 +206,7 @@ def choose_start_method(requested: str) -> tuple[str, str | None]:
         )
     if requested in ("spawn", "forkserver"):
         return requested, None  # no fork of this process: its CUDA state does not matter
-    from ..hardware import cuda_fork_hazard
+    from ..system.hardware import cuda_fork_hazard
 
     unsafe = cuda_fork_hazard()
     if unsafe is None and not sys.platform.startswith("linux"):
@@ -319,7 +319,7 @@ def make_specs(
     """One WorkerSpec per local rank, each with the full env contract."""
     import os
 
-    from ..hardware import cpu_count, ranks_run_on_cpu
+    from ..system.hardware import cpu_count, ranks_run_on_cpu
 
     world = nproc * config.num_machines
     cpu_world = ranks_run_on_cpu(config.runs_on_cpu)

@@ -9,12 +9,14 @@ Imports config and errors only. Never launch, cli, widgets or IPython: workers m
 notebook. Imported by workers, scripts, and the public face (lazily)."""
 
 from ..config.enums import DistributedType, PrecisionType
-from .accelerator import Accelerator
-from .big_modeling import init_empty_weights, init_on_device
-from .configurations import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
-from .control_api import skip_first_batches
-from .data import DataLoaderShard, GradientState
-from .kwargs import (
+from .accelerator.configurations import (
+    DataLoaderConfiguration,
+    GradientAccumulationPlugin,
+    ProjectConfiguration,
+)
+from .accelerator.control_api import skip_first_batches
+from .accelerator.facade import Accelerator
+from .accelerator.kwargs import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
     GradScalerKwargs,
@@ -22,18 +24,20 @@ from .kwargs import (
     KwargsHandler,
     ProfileKwargs,
 )
-from .memory import find_executable_batch_size, release_memory
-from .plugins import (
+from .accelerator.plugins import (
     DeepSpeedPlugin,
     DynamoBackend,
     FullyShardedDataParallelPlugin,
     RNGType,
     TorchDynamoPlugin,
 )
-from .rng_sync import synchronize_rng_state, synchronize_rng_states
-from .seed import set_seed
-from .shared_state import AcceleratorState, PartialState
-from .state import ProcessState, get_state, reset_state
+from .big_modeling import init_empty_weights, init_on_device
+from .data import DataLoaderShard, GradientState
+from .memory import find_executable_batch_size, release_memory
+from .world.rng_sync import synchronize_rng_state, synchronize_rng_states
+from .world.seed import set_seed
+from .world.shared_state import AcceleratorState, PartialState
+from .world.state import ProcessState, get_state, reset_state
 
 __all__ = [
     "Accelerator",

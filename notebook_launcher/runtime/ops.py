@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import debug_mode
+from .world import debug_mode
 
 
 def _is_distributed() -> bool:

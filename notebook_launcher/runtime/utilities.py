@@ -30,7 +30,7 @@ def extract_model_from_parallel(
     while isinstance(inner, nn.parallel.DistributedDataParallel):
         inner = inner.module
     if not keep_fp32_wrapper:
-        from .precision import Precision
+        from .precision.mixed import Precision
 
         Precision.unwrap_forward(inner)
     if compiled is not None and keep_torch_compile:

@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from . import preemption
 from .data import GradientState
-from .precision import Precision
+from .precision.mixed import Precision
+from .world import preemption
 
 
 class AcceleratedOptimizer(torch.optim.Optimizer):

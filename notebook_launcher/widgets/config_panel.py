@@ -20,8 +20,8 @@ import ipywidgets as widgets
 
 from ..config import LaunchConfig, default_config_path, load_config, resolve_config, save_config
 from ..errors import ConfigError
-from ..hardware import HardwareInfo, detect
 from ..launch.events import RunFinished
+from ..system.hardware import HardwareInfo, detect
 from .choices import ChoiceButtons
 from .fields import Field, key_of_error, parse_optional_int, text_value
 from .panel_checks import check_combinations, field_of, summary_html, unsupported_precisions

@@ -6,7 +6,7 @@ import html
 import importlib.util
 
 from ..config import LaunchConfig
-from ..hardware import HardwareInfo
+from ..system.hardware import HardwareInfo
 from .fields import Field, key_of_error
 
 STRATEGY_NAMES = {

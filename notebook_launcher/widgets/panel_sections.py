@@ -21,7 +21,7 @@ from ..config.sections import (
     OFFLOAD_DEVICES,
     ZERO_STAGES,
 )
-from ..hardware import HardwareInfo
+from ..system.hardware import HardwareInfo
 from .fields import Field, parse_optional_float, parse_optional_int, text_value
 
 GIB = 1024**3

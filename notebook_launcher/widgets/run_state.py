@@ -12,7 +12,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..host_memory import format_bytes
 from ..launch.events import (
     MemorySampled,
     MemoryWarning,
@@ -23,6 +22,7 @@ from ..launch.events import (
     RunRestarting,
     RunStarted,
 )
+from ..system.host_memory import format_bytes
 
 MAX_LINES_PER_RANK = 2000
 

@@ -20,7 +20,7 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSa
 
 from .. import telemetry
 from ..ops import send_to_device
-from ..rng_sync import synchronize_rng_states
+from ..world.rng_sync import synchronize_rng_states
 from .dispatch import dispatch
 from .gradient_state import GradientState
 from .index_plan import ShardPlan, plan_epoch

@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from ...config import LaunchConfig
-from ..precision import Precision
-from ..state import ProcessState
+from ..precision.mixed import Precision
+from ..world.state import ProcessState
 from .materialize import materialize_whole, rebind_optimizer
 
 
@@ -59,7 +59,7 @@ class Strategy:
     def convert_precision(self, model: nn.Module) -> nn.Module:
         """Module conversions a precision mode needs before wrapping (fp8: Linear -> fp8 Linear)."""
         if self.precision.mode == "fp8":
-            from ..fp8 import convert_to_fp8
+            from ..precision.fp8 import convert_to_fp8
 
             model = convert_to_fp8(model)
         return model

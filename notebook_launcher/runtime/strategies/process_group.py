@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from ..state import ProcessState
+from ..world.state import ProcessState
 
 
 def ensure_process_group(state: ProcessState) -> None:

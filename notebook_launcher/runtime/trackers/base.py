@@ -23,7 +23,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _is_main_process() -> bool:
     """Whether this is the main process, creating the process state on first use (as PartialState())."""
-    from ..state import get_state
+    from ..world.state import get_state
 
     return get_state().is_main_process
 

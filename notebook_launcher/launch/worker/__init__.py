@@ -1,0 +1,2 @@
+"""The side that runs in the child: the first code in each worker (entry), its message pipe to
+the kernel (channel), the spawn payload, host-side pickling, the memory sampler, fork checks."""
