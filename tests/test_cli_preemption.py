@@ -74,7 +74,7 @@ def test_a_signal_to_the_launcher_stops_every_rank_after_the_same_step_and_saves
 WORKER = """
 import os, signal, sys, time
 from notebook_launcher import Accelerator
-from notebook_launcher.runtime import preemption
+from notebook_launcher.runtime.world import preemption
 
 asked = os.environ.get("NOTEBOOK_LAUNCHER_GRACEFUL_PREEMPTION") == "1"
 Accelerator()

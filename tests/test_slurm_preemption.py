@@ -58,7 +58,7 @@ def test_sigterm_alone_requeues_nothing(submitit_handler):
 BLOCKED_WORKER = """
 import os, signal, sys
 from notebook_launcher.clusters.slurm_preemption import REQUEST_SIGNAL
-from notebook_launcher.runtime import preemption
+from notebook_launcher.runtime.world import preemption
 
 # what a SLURM node task's worker inherits: the scheduler's signals blocked (submitit told to use USR1)
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGUSR1})
