@@ -1,13 +1,14 @@
-"""The notebook launcher: HOW local worker processes start, stream and come back.
+"""The notebook launcher: HOW local worker processes start, stream and come back (README.md here
+walks one launch through the rooms).
 
 `notebook_launch` / `start_launch` (notebook.py) plan a run (planning.py), start and watch the
-workers (supervisor.py, worker.py, channel.py), and hand back a LaunchResult or a WorkerError
-(result.py). Events (events.py) feed observers such as the RunView. Each worker runs a
-memory_sampler.py thread; inbox.py reads what workers send, and memory_watch.py turns the memory
-samples into events, `result.memory` and the warning before the limit.
+workers (supervise/), run the child's side (worker/), handle what goes wrong (faults/), start fast
+(warm/), and hand back a LaunchResult or a WorkerError (result.py). Events (events.py) feed
+observers such as the RunView.
 
-Imports: config, hardware, host_memory, errors; the runtime only inside workers. Imported by the
-public face, widgets, clusters and interactive. Never by runtime or cli. Widgets only lazily, for view=True.
+Imports: config, system, errors; the runtime only inside workers and for the collective records.
+Imported by the public face, widgets, clusters and interactive. Never by runtime or cli. Widgets
+only lazily, for view=True.
 """
 
 from .handle import RunHandle
