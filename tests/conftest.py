@@ -27,7 +27,7 @@ def _no_leftover_children():
 
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     yield
-    # The warm pool (launch/pool.py) outlives a launch on purpose; end it so that every test still
+    # The warm pool (launch/warm/pool.py) outlives a launch on purpose; end it so that every test still
     # proves it leaves nothing else behind, and that releasing the pool leaves nothing either.
     pool = sys.modules.get("notebook_launcher.launch.warm.pool")
     if pool is not None:

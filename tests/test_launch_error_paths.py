@@ -78,7 +78,7 @@ def test_worker_error_is_chained_to_the_workers_own_exception():
         assert cause is err.exception and err.__suppress_context__
         # The worker's traceback starts at the user's function, not in the launcher's worker code.
         assert err.traceback.splitlines()[1].strip().endswith("in fails_with_a_rich_exception")
-        assert "launch/worker.py" not in err.traceback
+        assert "launch/worker/entry.py" not in err.traceback
     else:
         pytest.fail("no WorkerError")
 

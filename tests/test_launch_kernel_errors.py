@@ -17,7 +17,7 @@ LAUNCHER_MODULES = (
     "notebook.py",
     "handle.py",
     "processes.py",
-    "launch/worker.py",
+    "launch/worker/entry.py",
     "multiprocessing",
 )
 

@@ -1,5 +1,5 @@
 """A process group that never forms on one machine: the launcher starts the ranks once more instead
-of hanging the cell for the collective timeout (launch/rendezvous_watch.py).
+of hanging the cell for the collective timeout (launch/faults/rendezvous_watch.py).
 
 The stall is real: rank 1's gloo process group constructor never returns, so rank 0 waits in gloo's
 own full-mesh connect for a peer that never comes, as both ranks did in the stall seen on a busy

@@ -112,7 +112,7 @@ class NodeRun:
         self.stop_requested.set()
 
     def request_preemption(self, signum: int) -> None:
-        """Ask every running rank of this node to stop after its current step (runtime/preemption.py)."""
+        """Ask every running rank of this node to stop after its current step (runtime/world/preemption.py)."""
         from ..launch.supervise.processes import signal_process
 
         for worker in self.supervisor.workers if self.supervisor else ():

@@ -6,7 +6,7 @@ submitit's own handler requeue the job (its `checkpoint()` and `scontrol requeue
 The workers never see SLURM's signals themselves (they are blocked in them): a second SIGTERM
 would end them at once, and SIGUSR2 would mean nothing to them. Each gets one request from here,
 a real-time signal that is never blocked there (notebook_launcher/system/signals.py) whichever signal
-submitit was told to use (SUBMITIT_PREEMPT_SIGNAL=USR1 included), read by runtime/preemption.py.
+submitit was told to use (SUBMITIT_PREEMPT_SIGNAL=USR1 included), read by runtime/world/preemption.py.
 A function that never checks is stopped after a grace period
 (NOTEBOOK_LAUNCHER_SLURM_GRACE_SECONDS, 60 s: submitit's signal comes 90 s before the time limit)
 and requeued all the same, cut off at its last checkpoint as before.

@@ -18,7 +18,7 @@ from .launch_config import LaunchConfig
 
 CONFIG_ENV = "NOTEBOOK_LAUNCHER_LAUNCH_CONFIG"
 # "1" in the workers of `notebook-launcher launch`: their Accelerator turns SIGTERM / SIGUSR1 into a
-# graceful stop (runtime/preemption.py), as notebook_launch's workers do from their start.
+# graceful stop (runtime/world/preemption.py), as notebook_launch's workers do from their start.
 GRACEFUL_PREEMPTION_ENV = "NOTEBOOK_LAUNCHER_GRACEFUL_PREEMPTION"
 TORCH_ENV_KEYS = (
     "RANK",

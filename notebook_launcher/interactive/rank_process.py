@@ -1,6 +1,6 @@
 """The rank side of %%ranks: one long-lived process per rank that runs what the kernel sends.
 
-It starts as a launch's worker does (launch/worker.py: output to the kernel's pipes, dies with the
+It starts as a launch's worker does (launch/worker/entry.py: output to the kernel's pipes, dies with the
 kernel, the env contract), brings its process group up, says READY, then answers commands one by
 one until told to exit: run a cell in this rank's namespace, call a function, pull or push names.
 Every command gets exactly one REPLY, also when the user's code raised or was interrupted, so the

@@ -182,7 +182,7 @@ _AGENT_ONLY_FIELDS = {
 def reject_agent_only_settings(config: LaunchConfig, restarts: bool = False) -> None:
     """Settings notebook_launch cannot apply are an error naming the alternative, never ignored.
 
-    restarts=True: this launch restarts failed workers itself (launch/restarts.py), on one machine.
+    restarts=True: this launch restarts failed workers itself (launch/faults/restarts.py), on one machine.
     """
     for name, (default, why) in _AGENT_ONLY_FIELDS.items():
         value = getattr(config, name)
@@ -325,7 +325,7 @@ def make_specs(
     cpu_world = ranks_run_on_cpu(config.runs_on_cpu)
     # The workers join the store this launcher hosts, as torchrun's workers join their agent's. torch
     # 2.4 (checked; 2.6 no longer) builds the store's key prefix from TORCHELASTIC_RESTART_COUNT and
-    # fails without it (KeyError); a launch starts as attempt 0 (launch/restarts.py counts up).
+    # fails without it (KeyError); a launch starts as attempt 0 (launch/faults/restarts.py counts up).
     extra_env = {
         "TORCHELASTIC_USE_AGENT_STORE": "True",
         "TORCHELASTIC_RESTART_COUNT": "0",

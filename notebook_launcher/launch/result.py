@@ -23,7 +23,7 @@ class LaunchResult(Sequence):
     `result[0]` is the first rank's value; `result.logs[rank]` that rank's captured stdout+stderr;
     `result.metrics` one row per `accelerator.log()` call: {"rank", "step", "time", **values}
     (see metric_row for logged keys named like those three);
-    `result.memory[rank]` that rank's memory samples (see launch/memory_watch.py), with
+    `result.memory[rank]` that rank's memory samples (see launch/supervise/memory_watch.py), with
     `result.memory.peak_rss(rank)` and `result.memory.warnings`.
     """
 
@@ -221,7 +221,7 @@ class LaunchTimeout(NotebookLauncherError, TimeoutError):
 
 class RendezvousStalled(NotebookLauncherError, TimeoutError):
     """Every rank of a one-machine launch waited inside init_process_group for `seconds`: the process
-    group never formed (in each of `attempts` starts; launch/rendezvous_watch.py)."""
+    group never formed (in each of `attempts` starts; launch/faults/rendezvous_watch.py)."""
 
     def __init__(
         self, seconds: float, stacks: dict[int, str] | None = None, report: Any = None, attempts: int = 1

@@ -2,7 +2,7 @@
 task-count syntax, whether this process is an `srun` task or the batch script itself, and a port
 derived from the job's id.
 
-Shared by runtime/environments.py (the world of a script started by `srun`) and by the CLI
+Shared by runtime/world/environments.py (the world of a script started by `srun`) and by the CLI
 (the machines of `notebook-launcher launch` inside an `sbatch` job), which may not import the
 runtime. The batch script matters: `sbatch` alone sets SLURM_NTASKS, SLURM_PROCID=0 and the node
 list for the single copy of the script it runs on the first node; only `srun` tasks carry a step

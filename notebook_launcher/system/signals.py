@@ -1,5 +1,5 @@
 """The two signals our launchers send their workers besides the stop, in one place for the sender
-(launch/, clusters/) and the receiver (launch/worker.py, runtime/preemption.py).
+(launch/, clusters/) and the receiver (launch/worker/entry.py, runtime/world/preemption.py).
 
 Both are real-time signals, which no scheduler sends: SLURM node tasks keep the scheduler's own
 signals (SIGTERM, submitit's SIGUSR2 or SIGUSR1) blocked in their workers and pass them on

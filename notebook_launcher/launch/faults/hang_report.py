@@ -1,7 +1,7 @@
 """The hang report: where each rank is, which collective it is in, and a verdict naming the culprit.
 
 Built from two pieces of evidence per rank: its Python stack (faulthandler, stacks.py) and its
-collective record (runtime/collective_log.py: which torch.distributed collective it is in, and how
+collective record (runtime/world/collective_log.py: which torch.distributed collective it is in, and how
 many it has entered). The verdict tells apart the four ways a run stands still:
 
 - one rank missing from a collective the others wait in ("rank 1 never reached all_reduce #57");

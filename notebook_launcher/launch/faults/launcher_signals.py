@@ -1,6 +1,6 @@
 """SIGTERM and SIGUSR1 sent to the launcher (a scheduler preempting the notebook's machine, SLURM's
 warning before a time limit) during a launch: passed on to the ranks, which stop gracefully
-(runtime/preemption.py); the launch then ends with LaunchPreempted.
+(runtime/world/preemption.py); the launch then ends with LaunchPreempted.
 
 The caller's own handlers come back when the launch ends, whatever happened ("the caller is left
 as it was"). Python lets only the main thread set handlers: a launch in a background thread

@@ -4,7 +4,7 @@ for a hang report.
 Progress is anything a rank sends: an output line (except the stack dumps we asked for), a step of
 a prepared data loader, a logged metric. After `stall_timeout` seconds without any, the supervisor
 asks for a report once; the next one comes only after progress resumed and stalled again. Each rank
-keeps its collective record (runtime/collective_log.py) in a file of a private directory made here
+keeps its collective record (runtime/world/collective_log.py) in a file of a private directory made here
 and removed when the launch ends.
 """
 

@@ -94,7 +94,7 @@ def signal_group(worker: Worker, signum: int) -> None:
 
 
 # How the launcher ends a worker it stops. Not SIGTERM, which asks a worker for a graceful stop
-# (runtime/preemption.py) that a stopped or failed launch must not wait for; not SIGKILL, so that a
+# (runtime/world/preemption.py) that a stopped or failed launch must not wait for; not SIGKILL, so that a
 # rank the OOM killer ended a moment before the stop is still told apart (and named as the cause).
 STOP_SIGNAL = signal.SIGHUP
 STOP_SIGNALS = (STOP_SIGNAL, signal.SIGTERM)  # a stopped worker's death by these is the launcher's doing

@@ -146,7 +146,7 @@ def run_prepared(spec: WorkerSpec, target: Any, msg_conn: Connection) -> None:
 
 
 def _count_collectives() -> None:
-    """Keep the collective record the launcher's hang report reads (runtime/collective_log.py)."""
+    """Keep the collective record the launcher's hang report reads (runtime/world/collective_log.py)."""
     from ...runtime.world import collective_log
 
     collective_log.install()

@@ -1,6 +1,6 @@
 """Experiment trackers with Accelerate's names (accelerate.tracking): GeneralTracker and its
 `on_main_process` rule (base.py), the built-in trackers (one module each), and which of them
-`log_with=` picks (registry.py). The Accelerator uses them through runtime/tracking_api.py.
+`log_with=` picks (registry.py). The Accelerator uses them through runtime/accelerator/tracking_api.py.
 
 A tracker library is imported only when its tracker starts, so a missing package costs nothing.
 Part of the runtime: imports config and errors only.
