@@ -67,6 +67,28 @@ def _die_with_parent() -> None:
         pass
 
 
+def _let_go_of_the_forkserver() -> None:
+    """Drop this process's copy of the kernel's end of the forkserver's liveness pipe.
+
+    Python hands every forkserver child that end (so that its own children could use the same
+    server), and a forked child inherits it too. The server exits only when every copy is closed,
+    and a warm-pool worker dies only when its parent, the server, does: kept, the copies in running
+    workers would keep the server and themselves alive after the kernel is killed (by the OOM
+    killer, say), holding their GPU memory for good. A worker that needs a forkserver later (a
+    DataLoader's) starts its own, which dies with it."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    server._forkserver_alive_fd = None
+    server._forkserver_address = None
+
+
 def _reset_inherited_state() -> None:
     """A forked child inherits the kernel's runtime singletons and signal handlers: start clean."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -86,10 +108,12 @@ def _reset_inherited_state() -> None:
 def prepare_process(out_conn: Connection, err_conn: Connection) -> None:
     """What every process the launcher starts does first, whatever it runs next (a launch's
     function, or the %%ranks command loop): its own process group, output to the parent's pipes,
-    die with the parent, no state inherited from the kernel, a stack dump on request."""
+    die with the parent, hold nothing that keeps the kernel's forkserver alive, no state inherited
+    from the kernel, a stack dump on request."""
     _lead_own_process_group()
     _redirect_output(out_conn, err_conn)
     _die_with_parent()
+    _let_go_of_the_forkserver()
     _reset_inherited_state()
     import faulthandler
 
