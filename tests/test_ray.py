@@ -10,10 +10,12 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
 from cluster_trainers import alive, all_reduce_and_train, fail_on_rank_one, recorded_pids, run_forever
+from kernel_session import KernelSession
 from ray_support import local_ray
 
 from notebook_launcher import LaunchStopped, RayCluster, WorkerError, notebook_launch, start_launch
@@ -94,6 +96,28 @@ def test_ctrl_c_ends_every_rank_on_the_cluster(where, tmp_path):
             run_forever, kwargs={"folder": str(tmp_path)}, num_processes=2, cluster=where, quiet=True
         )
     assert alive(recorded_pids(str(tmp_path))) == set()
+
+
+def test_a_killed_kernel_takes_its_ray_ranks_with_it(ray_cluster, tmp_path):
+    """The kernel that started a cluster launch is SIGKILLed (the OOM killer's way): Ray sees its
+    driver die and ends the launch's actors, their ranks and its placement group (the next test
+    checks the CPUs came back)."""
+    session = KernelSession(cwd=str(tmp_path))
+    try:
+        run = session.run(
+            f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+            "from cluster_trainers import run_forever\n"
+            "from notebook_launcher import RayCluster, start_launch\n"
+            f"handle = start_launch(run_forever, kwargs={{'folder': {str(tmp_path)!r}}}, num_processes=2, "
+            f"cluster=RayCluster(address={ray_cluster.address!r}), quiet=True, view=False)"
+        )
+        assert run.error is None, run.text
+        _wait_for_pids(tmp_path)
+        os.kill(session.pid, signal.SIGKILL)
+        assert alive(recorded_pids(str(tmp_path)), wait=30) == set()
+    finally:
+        session.kc.stop_channels()
+        session.km.shutdown_kernel(now=True)
 
 
 def test_the_cluster_has_all_its_cpus_back(ray_cluster):

@@ -5,8 +5,11 @@ a failing setup line, and preemption -> requeue -> resume from the latest checkp
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,6 +22,7 @@ from cluster_trainers import (
     recorded_pids,
     run_forever,
 )
+from kernel_session import KernelSession
 from slurm_support import local_slurm, slurm_jobs
 
 from notebook_launcher import (
@@ -68,6 +72,38 @@ def test_every_rank_returns_and_trains_like_a_local_launch(where, tmp_path, caps
     assert log_files and "[rank0] rank 0 of 2" in log_files[0].read_text()
     assert alive(recorded_pids(str(tmp_path))) == set()
     assert slurm_jobs("nl-test") == []
+
+
+def test_a_killed_kernel_ends_its_job(slurm, tmp_path):
+    """SLURM keeps a job after its submitter is gone; ours ends with the kernel that started it
+    (slurm_owner.py): the kernel is SIGKILLed (the OOM killer's way) while the ranks run."""
+    session = KernelSession(cwd=str(tmp_path))
+    try:
+        run = session.run(
+            f"import os, sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+            "os.environ['NOTEBOOK_LAUNCHER_SLURM_OWNER_TIMEOUT'] = '3'\n"
+            "from cluster_trainers import run_forever\n"
+            "from notebook_launcher import SlurmCluster, start_launch\n"
+            f"where = SlurmCluster(time=10, folder={str(tmp_path / 'jobs')!r}, job_name='nl-orphan')\n"
+            f"handle = start_launch(run_forever, kwargs={{'folder': {str(tmp_path)!r}}}, num_processes=2, "
+            "cluster=where, quiet=True, view=False)"
+        )
+        assert run.error is None, run.text
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("pids-*"))) < 2:
+            assert time.monotonic() < deadline, "the ranks did not start"
+            time.sleep(0.2)
+        os.kill(session.pid, signal.SIGKILL)
+        assert alive(recorded_pids(str(tmp_path)), wait=30) == set()
+        deadline = time.monotonic() + 30
+        while slurm_jobs("nl-orphan") and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert slurm_jobs("nl-orphan") == []
+        notes = "".join(path.read_text() for path in (tmp_path / "jobs").glob("*/*_events.jsonl"))
+        assert "stopped watching it" in notes  # the job's own record says why it ended
+    finally:
+        session.kc.stop_channels()
+        session.km.shutdown_kernel(now=True)
 
 
 def test_a_failing_rank_raises_worker_error(where, tmp_path):

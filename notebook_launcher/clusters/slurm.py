@@ -18,6 +18,7 @@ from ..errors import ConfigError
 from .driver import crashed_outcome
 from .logs import LogFollower
 from .node import NodeJob, NodeOutcome
+from .slurm_owner import OwnerBeat, owner_path
 from .slurm_task import SlurmNodeTask, events_path
 
 FINISHED_STATES = (
@@ -87,6 +88,7 @@ class SlurmBackend:
         self.say: Callable[[str], None] = print
         self.finished: dict[int, NodeOutcome] = {}
         self.last_state_check = 0.0
+        self.owner: OwnerBeat | None = None
 
     def start(self, job: NodeJob, say: Callable[[str], None]) -> None:
         submitit = _import_submitit()
@@ -114,6 +116,10 @@ class SlurmBackend:
         except Exception as exc:  # sbatch refused (no such partition, account, too many nodes, ...)
             raise ConfigError(f"SLURM did not accept the job: {exc}") from None
         folder = Path(self.job.paths.folder)
+        self.owner = OwnerBeat(
+            owner_path(folder, self.job.job_id)
+        )  # the job ends if we stop (slurm_owner.py)
+        self.owner.beat()
         for node in range(job.num_nodes):
             out, err = (folder / f"{self.job.job_id}_{node}_log.{ext}" for ext in ("out", "err"))
             self.followers.append(LogFollower(node, out, err, events_path(folder, self.job.job_id, node)))
@@ -123,6 +129,8 @@ class SlurmBackend:
         )
 
     def poll(self) -> tuple[list[Any], list[str], dict[int, NodeOutcome]]:
+        if self.owner is not None:
+            self.owner.beat()
         events: list[Any] = []
         notes: list[str] = []
         for follower in self.followers:

@@ -26,6 +26,7 @@ from typing import Any
 from ..launch.events import MetricLogged, OutputLine, ProgressUpdate, RunStarted
 from ..system.schedulers import derived_port
 from .node import NodeJob, NodeOutcome, NodeRun
+from .slurm_owner import OwnerWatch, owner_path
 from .slurm_preemption import SlurmPreemption, requeue_signal
 
 
@@ -69,7 +70,8 @@ class SlurmNodeTask:
         self._event("start", {"host": hosts[env.node] if env.node < len(hosts) else "", "restarts": restarts})
         blocked = {signal.SIGTERM, requeue_signal()}
         try:
-            with SlurmPreemption(self._request, self._stop) as self._preemption:
+            owner = OwnerWatch(owner_path(env.paths.folder, env.job_id), self._owner_gone)
+            with owner, SlurmPreemption(self._request, self._stop) as self._preemption:
                 signal.pthread_sigmask(signal.SIG_BLOCK, blocked)  # inherited by the workers forked below
                 try:
                     self._node = NodeRun(job, emit=self._emit, say=lambda text: self._event("note", text))
@@ -99,6 +101,11 @@ class SlurmNodeTask:
     def _stop(self) -> None:
         if self._node is not None:
             self._node.stop()
+
+    def _owner_gone(self, reason: str) -> None:
+        self._event("note", reason)
+        print(f"notebook_launcher: {reason}", file=sys.stderr, flush=True)
+        self._stop()
 
     def _how_it_stopped(self, outcome: NodeOutcome) -> dict[str, Any]:
         """For the notebook's line: the signals, whether every rank saved and returned, the checkpoint."""
