@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from . import colour
-from .traceback_view import render_chain
+from .traceback_view import FOLD_HINT, has_folds, render_chain
 
 _FILE_LINE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
 
@@ -73,4 +73,6 @@ def render(name: str, summary: str, sections: Iterable[tuple[str, str]]) -> list
         if text and text.strip():
             lines.append(f"--- {title} ---")
             lines.append(with_cell_names(text.rstrip()))
+    if any(has_folds(line) for line in lines):
+        lines.append(FOLD_HINT)
     return lines

@@ -24,12 +24,14 @@ HEADER = "Traceback (most recent call last)"
 HEADER_COLUMN = 42  # where IPython puts HEADER after the exception's name
 FOLD_HINT = (
     "Library frames are folded; every frame: err.full_traceback "
-    "(for the error this cell raised: sys.last_value.full_traceback)."
+    "(for the error a cell raised: sys.last_value.full_traceback)."
 )
 _LINKS = {
     "cause": "The above exception was the direct cause of the following exception:",
     "context": "During handling of the above exception, another exception occurred:",
 }
+_FOLD_INDENT, _FOLD_MARK = "    ", "…"
+_FOLD = re.compile(rf"^{_FOLD_INDENT}(?:\x1b\[[0-9;]*m)?{_FOLD_MARK} \d+ frames? in ", re.M)
 _FILE_LINE = re.compile(r'^  File "(?P<file>[^"]+)", line (?P<line>\d+)')
 
 Labeller = Callable[[str], "str | None"]
@@ -41,22 +43,21 @@ def render_chain(
     """The text of a captured exception chain; `on`: ANSI colours; `label`: a cell's display name."""
     fold = fold and any(f.get("library") is None for block in chain for f in block["frames"])
     parts: list[str] = []
-    folded = False
     for block in chain:
-        records, block_folded = _records(block["frames"], fold, on, label)
-        folded = folded or block_folded
+        records = _records(block["frames"], fold, on, label)
         parts += ["\n".join([_header(block, on), *records[:1]]), *records[1:]]
         parts.append("\n".join(_exception_lines(block, on)))
         if block.get("link") in _LINKS:
             parts.append(_LINKS[block["link"]])
-    if folded:
-        parts.append(FOLD_HINT)
     return "\n\n".join(p.rstrip("\n") for p in parts if p)
 
 
-def _records(
-    frames: list[dict[str, Any]], fold: bool, on: bool, label: Labeller | None
-) -> tuple[list[str], bool]:
+def has_folds(text: str) -> bool:
+    """Whether rendered text folded some frames (the error then says where all of them are)."""
+    return _FOLD.search(text) is not None
+
+
+def _records(frames: list[dict[str, Any]], fold: bool, on: bool, label: Labeller | None) -> list[str]:
     records, run = [], []
     for index, frame in enumerate(frames):
         if fold and frame.get("library") and index < len(frames) - 1:
@@ -66,14 +67,14 @@ def _records(
             records.append(fold_line(run, on))
             run = []
         records.append(_frame(frame, on, label))
-    return records, fold and len(records) < len(frames)
+    return records
 
 
 def fold_line(run: list[dict[str, Any]], on: bool) -> str:
     """`    … 6 frames in torch, notebook_launcher …` for a run of library frames."""
     names = list(dict.fromkeys(frame["library"] for frame in run))
     count = f"{len(run)} frame{'s' if len(run) != 1 else ''}"
-    return "    " + colour.paint(f"… {count} in {', '.join(names)} …", colour.EXCEPTION, on)
+    return _FOLD_INDENT + colour.paint(f"{_FOLD_MARK} {count} in {', '.join(names)} …", colour.EXCEPTION, on)
 
 
 def _header(block: dict[str, Any], on: bool) -> str:
