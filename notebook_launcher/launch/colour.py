@@ -18,7 +18,6 @@ LOCATION = "\x1b[0;32m"  # "Cell In[3], line 8", "/path/file.py:12"; the arrow a
 FUNCTION = "\x1b[0;36m"  # the function's name
 ARGUMENTS = "\x1b[0;34m"  # its arguments
 LINE_NUMBER = "\x1b[1;32m"  # the numbers of the lines around the failing one
-FAILING = ("\x1b[43m", "\x1b[49m")  # the failing expression's background, on and off
 
 
 def wanted() -> bool:

@@ -2,11 +2,11 @@
 
 Input is what launch/worker/frames.py captured in the worker. Each frame the user wrote is shown
 as IPython's VerboseTB shows it (`Cell In[3], line 8, in train()`, two lines of context, an arrow
-at the failing line, the failing expression marked); each run of library frames (torch, DDP's
-wrappers, this package, the standard library) becomes one line, `… 6 frames in torch …`, because
-those frames are rarely where the bug is and bury the one that is. The innermost frame is always
-shown (it says what raised), and nothing is folded when no frame is the user's. The unfolded
-text stays one attribute away (`.full_traceback`).
+at the failing line; the source text itself is left uncoloured and whole, so a search finds it).
+Each run of library frames (torch, DDP's wrappers, this package, the standard library) becomes
+one line, `… 6 frames in torch …`: those frames are rarely where the bug is and bury the one that
+is. The innermost frame is always shown (it says what raised), and nothing is folded when no
+frame is the user's. The unfolded text stays one attribute away (`.full_traceback`).
 """
 
 from __future__ import annotations
@@ -136,29 +136,11 @@ def _source_block(frame: dict[str, Any], on: bool) -> list[str]:
     for number, text in source:
         text = text[indent:] if text.strip() else ""
         if number == frame["line"]:
-            marked = _mark(text, frame.get("columns"), indent, on)
             arrow = "-" * max(0, 5 - len(str(number))) + "> " + str(number)
-            shown.append(f"{colour.paint(arrow, colour.LOCATION, on)} {marked}")
+            shown.append(f"{colour.paint(arrow, colour.LOCATION, on)} {text}")
         else:
             shown.append(f"{colour.paint(str(number).rjust(7), colour.LINE_NUMBER, on)} {text}".rstrip())
     return shown
-
-
-def _mark(text: str, columns: Any, indent: int, on: bool) -> str:
-    """The failing expression on a yellow background (colour only: the arrow marks the line)."""
-    if not on or not columns:
-        return text
-    raw = " " * indent + text
-    start, end = (_characters(raw, c) - indent for c in columns)
-    if not 0 <= start < end <= len(text):
-        return text
-    on_code, off_code = colour.FAILING
-    return f"{text[:start]}{on_code}{text[start:end]}{off_code}{text[end:]}"
-
-
-def _characters(text: str, byte_offset: int) -> int:
-    """Python's columns count UTF-8 bytes; strings count characters."""
-    return len(text.encode("utf-8")[:byte_offset].decode("utf-8", "replace"))
 
 
 def fill_source(text: str) -> str:

@@ -11,7 +11,6 @@ so it pickles anywhere (also across cluster nodes) and a newer kernel can still 
 from __future__ import annotations
 
 import builtins
-import itertools
 import linecache
 import os
 import site
@@ -101,7 +100,6 @@ def _frame(tb: Any) -> dict[str, Any]:
         "library": library_of(code.co_filename, module if isinstance(module, str) else None),
         "first_line": code.co_firstlineno,
         "source": source_lines(code.co_filename, lineno, code.co_firstlineno),
-        "columns": _columns(code, tb.tb_lasti, lineno),
     }
 
 
@@ -126,20 +124,6 @@ def source_lines(filename: str, lineno: int, first_line: int = 1) -> list[tuple[
     first = max(1, first_line, lineno - CONTEXT_LINES)
     lines = [(n, linecache.getline(filename, n).rstrip("\n")) for n in range(first, lineno + 1)]
     return lines if lines[-1][1].strip() else []
-
-
-def _columns(code: Any, lasti: int, lineno: int) -> tuple[int, int] | None:
-    """Where on the failing line the failing expression is (Python 3.11+), or None."""
-    positions = getattr(code, "co_positions", None)
-    if positions is None or lasti < 0:
-        return None
-    try:
-        start_line, end_line, start, end = next(itertools.islice(positions(), lasti // 2, None))
-    except StopIteration:
-        return None
-    if start_line != lineno or end_line != lineno or start is None or end is None:
-        return None
-    return (start, end)
 
 
 def library_of(filename: str, module: str | None) -> str | None:
