@@ -148,6 +148,19 @@ def test_a_spawned_workers_missing_cell_source_comes_from_this_process(tmp_path)
     text = f'Traceback (most recent call last):\n  File "{name}", line 2, in f\nZeroDivisionError: division by zero'
     assert fill_source(text).splitlines()[2] == "    return 1 / 0"
     assert fill_source(fill_source(text)) == fill_source(text)
+    frame = {
+        "file": name,
+        "line": 2,
+        "name": "f",
+        "args": "()",
+        "library": None,
+        "first_line": 1,
+        "source": [],
+    }
+    chain = [
+        {"type": "ZeroDivisionError", "exception": ["ZeroDivisionError: division by zero"], "frames": [frame]}
+    ]
+    assert render_chain(chain, on=False).splitlines()[2:4] == ["      1 def f():", "----> 2     return 1 / 0"]
 
 
 def test_the_run_views_pane_shows_the_folded_traceback_in_colour():
