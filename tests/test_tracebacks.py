@@ -87,6 +87,15 @@ def test_a_chain_shows_each_exception_with_ipythons_links_and_colours():
     assert plain.index("ValueError: bad") < plain.index("direct cause") < plain.index("RuntimeError: could")
 
 
+def test_a_recursion_shows_the_repeated_frame_three_times_then_a_count():
+    def deep(n):
+        return deep(n + 1)
+
+    text = render_chain(capture(_caught(lambda: deep(0))), on=False)
+    assert text.count(".deep(n)\n") == 3, text
+    assert re.search(r"\n    \[… the frame above \d+ more times\]\n", text), text
+
+
 def test_a_plain_script_gets_no_colour_and_the_full_text_in_str(tmp_path):
     script = tmp_path / "train_script.py"
     script.write_text(

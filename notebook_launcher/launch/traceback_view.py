@@ -22,6 +22,7 @@ from .worker.frames import source_lines
 
 HEADER = "Traceback (most recent call last)"
 HEADER_COLUMN = 42  # where IPython puts HEADER after the exception's name
+REPEATS = 3  # a recursing frame is shown this many times, as Python does
 FOLD_HINT = (
     "Library frames are folded; every frame: err.full_traceback "
     "(for the error a cell raised: sys.last_value.full_traceback)."
@@ -59,15 +60,43 @@ def has_folds(text: str) -> bool:
 
 def _records(frames: list[dict[str, Any]], fold: bool, on: bool, label: Labeller | None) -> list[str]:
     records, run = [], []
-    for index, frame in enumerate(frames):
-        if fold and frame.get("library") and index < len(frames) - 1:
-            run.append(frame)
+    items = _collapse_repeats(frames)
+    for index, item in enumerate(items):
+        if isinstance(item, int):  # a recursing frame's further repeats
+            if run:
+                run += [run[-1]] * item
+            else:
+                records.append(
+                    _FOLD_INDENT
+                    + colour.paint(f"[… the frame above {item} more times]", colour.EXCEPTION, on)
+                )
+            continue
+        if fold and item.get("library") and index < len(items) - 1:
+            run.append(item)
             continue
         if run:
             records.append(fold_line(run, on))
             run = []
-        records.append(_frame(frame, on, label))
+        records.append(_frame(item, on, label))
     return records
+
+
+def _collapse_repeats(frames: list[dict[str, Any]]) -> list[Any]:
+    """A frame repeated back to back (recursion) shown REPEATS times, then how many more (an int),
+    as Python's "[Previous line repeated 996 more times]" does."""
+    items: list[Any] = []
+    same = 0
+    for index, frame in enumerate(frames):
+        previous = frames[index - 1] if index else None
+        key = (frame["file"], frame["line"], frame["name"])
+        same = same + 1 if previous and key == (previous["file"], previous["line"], previous["name"]) else 0
+        if same < REPEATS:
+            items.append(frame)
+        elif same == REPEATS:
+            items.append(1)
+        else:
+            items[-1] += 1
+    return items
 
 
 def fold_line(run: list[dict[str, Any]], on: bool) -> str:

@@ -29,8 +29,8 @@ def capture(exc: BaseException) -> list[dict[str, Any]] | None:
     """The exception and the ones it was raised from, oldest first (the order Python prints them).
 
     Each is {"type": its name, "exception": Python's last line(s) for it, "link": "cause",
-    "context" or None (how it leads to the next), "frames": [frame, ...]}. None for exception groups, whose tree the plain
-    text (traceback.format_exception) already shows best.
+    "context" or None (how it leads to the next), "frames": [frame, ...]}. None for exception
+    groups, whose tree the plain text (traceback.format_exception) already shows best.
     """
     chain: list[dict[str, Any]] = []
     seen: set[int] = set()
