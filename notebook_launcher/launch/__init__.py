@@ -2,9 +2,10 @@
 
 `notebook_launch` / `start_launch` (notebook.py) plan a run (planning.py), start and watch the
 workers (supervisor.py, worker.py, channel.py), and hand back a LaunchResult or a WorkerError
-(result.py), whose traceback the cell shows as IPython would (traceback_view.py, colour.py). Events (events.py) feed observers such as the RunView. Each worker runs a
-memory_sampler.py thread; inbox.py reads what workers send, and memory_watch.py turns the memory
-samples into events, `result.memory` and the warning before the limit.
+(result.py), whose traceback the cell shows as IPython would (traceback_view.py, colour.py).
+Events (events.py) feed observers such as the RunView. Each worker runs a memory_sampler.py
+thread; inbox.py reads what workers send, and memory_watch.py turns the memory samples into
+events, `result.memory` and the warning before the limit.
 
 Imports: config, hardware, host_memory, errors; the runtime only inside workers. Imported by the
 public face, widgets, clusters and interactive. Never by runtime or cli. Widgets only lazily, for view=True.
