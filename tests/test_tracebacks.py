@@ -17,6 +17,7 @@ import torch.nn as nn
 
 from notebook_launcher.launch import colour
 from notebook_launcher.launch.events import RunFinished, RunStarted
+from notebook_launcher.launch.result import RankFailure, WorkerError
 from notebook_launcher.launch.traceback_view import fill_source, render_chain
 from notebook_launcher.launch.worker.frames import capture
 from notebook_launcher.widgets import RunView
@@ -173,11 +174,17 @@ def test_a_spawned_workers_missing_cell_source_comes_from_this_process(tmp_path)
 
 
 def test_the_run_views_pane_shows_the_folded_traceback_in_colour():
-    view = RunView(refresh_interval=0)
-    view(RunStarted(world_size=1, local_ranks=(0,), start_method="fork", config=None))
-    shown = render_chain(capture(_caught(through_torch)), on=True)
-    extra = {"traceback": "plain", "shown_traceback": shown}
-    view(RunFinished("failed", 1.0, failed_rank=0, error="rank 0 raised ValueError", extra=extra))
-    pane = view.panes[0].value
-    assert "\x1b" not in pane and "… 5 frames in torch …" in pane
-    assert '<span style="color:#E75C58">ValueError</span>: bad forward on 3 rows' in pane
+    exc = _caught(through_torch)
+    failure = RankFailure(
+        rank=0, exc_type="ValueError", message=str(exc), traceback="plain", frames=capture(exc)
+    )
+    for deliver in ("event", "show_error"):  # RunFinished's extra (view=True), or the panel's show_error
+        view = RunView(refresh_interval=0)
+        view(RunStarted(world_size=1, local_ranks=(0,), start_method="fork", config=None))
+        extra = failure.finish_extra() if deliver == "event" else {}
+        view(RunFinished("failed", 1.0, failed_rank=0, error="rank 0 raised ValueError", extra=extra))
+        if deliver == "show_error":
+            view.show_error(WorkerError(failure, []))
+        pane = view.panes[0].value
+        assert "\x1b" not in pane and "… 5 frames in torch …" in pane, deliver
+        assert '<span style="color:#E75C58">ValueError</span>: bad forward on 3 rows' in pane, deliver
