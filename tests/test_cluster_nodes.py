@@ -86,3 +86,5 @@ def test_a_failure_on_the_second_host_names_its_rank():
     with two_hosts() as hosts, pytest.raises(WorkerError) as caught:
         _run(hosts, fail_on_rank_one, [])
     assert caught.value.rank == 1 and "boom on rank one" in caught.value.traceback
+    # the frames travel too: the notebook shows the user's frame, folded like a local failure's (issue 20)
+    assert "in fail_on_rank_one(" in caught.value.shown_traceback(colour=False)

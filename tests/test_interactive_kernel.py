@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import textwrap
 import time
 
@@ -120,6 +121,30 @@ def test_an_error_on_one_rank_then_a_working_cell(session):
     assert "rank_process.py" not in shown and "group.py" not in shown  # the user's frames only
     assert "[rank0] fine" in run.text
     _check(session.run(COLLECTIVE), "[rank0] sum 3.0", "[rank1] sum 3.0")
+
+
+def test_an_error_inside_ddp_is_folded_like_a_launchs(session):
+    """Issue 20: the ranks' traceback reads like IPython's, torch's frames folded, all of them in
+    `.full_traceback`."""
+    cell = (
+        "%%ranks\nimport torch, torch.nn as nn\nfrom notebook_launcher import Accelerator\n"
+        "class Net(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.lin = nn.Linear(2, 2)\n"
+        "    def forward(self, x):\n        raise ValueError('bad forward')\n"
+        "ddp = Accelerator().prepare(Net())\nddp(torch.ones(3, 2))"
+    )
+    run = session.run(cell)
+    assert run.error["ename"] == "RankError", run.text
+    raw = "\n".join(run.error["traceback"])
+    assert "\x1b[0;31mValueError\x1b[0m: bad forward" in raw
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", raw)
+    assert (
+        re.search(r"%%ranks In\[\d+\], line 10\n", shown)
+        and "----> 8     raise ValueError('bad forward')" in shown
+    )
+    assert re.search(r"\n    … \d+ frames in torch …\n", shown) and "distributed.py" not in shown
+    full = session.run("import sys\nprint(sys.last_value.full_traceback)").stdout
+    assert "--- rank 0 ---" in full and "in _run_ddp_forward" in full and "\x1b[" not in full
 
 
 def test_the_stop_button_interrupts_every_rank_then_a_working_cell(session):

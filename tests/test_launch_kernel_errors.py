@@ -57,14 +57,70 @@ def test_a_failing_rank_shows_one_line_and_the_workers_own_traceback(kernel):
     kernel.run(DEFINE)
     lines = _shown(kernel.run("notebook_launch(broken, num_processes=2)", timeout=90))
     assert lines[0] == "WorkerError: rank 1 raised RuntimeError: bad batch on rank one"
-    assert lines[1:3] == ["--- traceback of rank 1 ---", "Traceback (most recent call last):"]
-    # The cell's own frame, labelled the way IPython labels local ones, with its source line.
-    assert re.fullmatch(r"  Cell In\[\d+\], line 8, in broken", lines[3]), lines
+    assert lines[1] == "--- traceback of rank 1 ---"
+    assert re.fullmatch(r"RuntimeError +Traceback \(most recent call last\)", lines[2]), lines
+    # The cell's own frame, labelled the way IPython labels local ones, with its source lines
+    # (IPython's layout, issue 20: context, an arrow at the failing line).
+    assert re.fullmatch(r"Cell In\[\d+\], line 8, in broken\(\)", lines[3]), lines
     assert lines[4:] == [
-        '    raise RuntimeError("bad batch on rank one")',
+        "      6 acc = Accelerator()",
+        "      7 if acc.process_index == 1:",
+        '----> 8     raise RuntimeError("bad batch on rank one")',
+        "",
         "RuntimeError: bad batch on rank one",
     ]
     _no_launcher_frames(lines)
+
+
+DDP = textwrap.dedent(
+    """
+    import torch, torch.nn as nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+
+        def forward(self, x):
+            raise ValueError(f"bad forward on {x.shape[0]} rows")
+
+    def train_ddp():
+        model = Accelerator().prepare(Net())
+        return model(torch.ones(3, 2))
+    """
+)
+
+
+def test_a_failure_inside_ddp_shows_the_users_frames_folds_torchs_and_keeps_them_all(kernel):
+    """Issue 20: coloured like IPython's, the user's frames with their source, DDP's and torch's
+    frames folded into one line; `.full_traceback` has every frame."""
+    kernel.run(DEFINE)
+    kernel.run(DDP)
+    run = kernel.run("notebook_launch(train_ddp, num_processes=2)", timeout=90)
+    raw = "\n".join(run.error["traceback"])
+    assert "\x1b[0;31mValueError\x1b[0m: bad forward on 3 rows" in raw  # IPython's colour for the name
+    lines = _shown(run)
+    user = [i for i, line in enumerate(lines) if re.fullmatch(r"Cell In\[\d+\], line \d+, in .*", line)]
+    assert [re.sub(r"In\[\d+\]", "In[N]", lines[i]) for i in user] == [
+        "Cell In[N], line 13, in train_ddp()",
+        "Cell In[N], line 9, in Net.forward(self, x)",
+    ], lines
+    assert "---> 13     return model(torch.ones(3, 2))" in lines
+    assert '----> 9     raise ValueError(f"bad forward on {x.shape[0]} rows")' in lines
+    folded = [line for line in lines if "frames in" in line]
+    assert len(folded) == 1 and re.fullmatch(r"    … (\d+) frames in torch …", folded[0]), lines
+    assert "distributed.py" not in raw and "module.py" not in raw
+    assert any(
+        line.startswith("Library frames are folded; every frame: err.full_traceback") for line in lines
+    )
+    _no_launcher_frames(lines)
+    # Every frame, plain, one attribute away.
+    full = kernel.run("import sys\nprint(sys.last_value.full_traceback)").stdout
+    assert (
+        "\x1b[" not in full and "torch/nn/parallel/distributed.py" in full and "in _run_ddp_forward" in full
+    )
+    count = int(re.search(r"(\d+) frames", folded[0])[1])
+    assert len(re.findall(r'^  File "', full, re.M)) == count + 2, full
 
 
 def test_the_cause_is_the_workers_exception(kernel):

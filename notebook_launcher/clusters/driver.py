@@ -89,7 +89,7 @@ class ClusterRun:
             raise
         except WorkerError as exc:
             error, failed_rank = exc.failure.summary(), exc.rank
-            extra = {"traceback": exc.traceback or exc.failure.output_tail}
+            extra = exc.failure.finish_extra()
             raise
         finally:
             self.backend.close()

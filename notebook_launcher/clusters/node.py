@@ -166,6 +166,7 @@ def _portable(failure: RankFailure) -> RankFailure:
         output_tail=failure.output_tail,
         secondary=failure.secondary,
         description=failure.description,
+        frames=failure.frames,
     )
 
 

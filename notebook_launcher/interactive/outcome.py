@@ -1,8 +1,10 @@
 """What a %%ranks cell raises in the kernel, and how IPython shows it.
 
 A failed cell shows one line of ours, then each failing rank's own traceback (user frames only:
-the ranks cut their command loop's frames). IPython shows an exception through its
-`_render_traceback_()` when it has one, so the kernel's own frames do not bury the ranks' story.
+the ranks cut their command loop's frames), as a notebook_launch failure shows it: IPython's look,
+library frames folded (launch/traceback_view.py), every frame in `.full_traceback`. IPython shows
+an exception through its `_render_traceback_()` when it has one, so the kernel's own frames do not
+bury the ranks' story.
 """
 
 from __future__ import annotations
@@ -10,20 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import NotebookLauncherError
+from ..launch.rendering import render as _rendered
 from ..launch.result import RankFailure
+from ..launch.traceback_view import fill_source
 
 RESTART_HINT = (
     "Run `%ranks restart` (or `ranks.restart()`) to start fresh ranks; their namespaces start empty."
 )
-_RED, _RESET = "\x1b[0;31m", "\x1b[0m"
-
-
-def _rendered(name: str, summary: str, sections: list[tuple[str, str]]) -> list[str]:
-    lines = [f"{_RED}{name}{_RESET}: {summary}"]
-    for title, text in sections:
-        if text and text.strip():
-            lines += [f"--- {title} ---", text.rstrip()]
-    return lines
 
 
 class RanksError(NotebookLauncherError, RuntimeError):
@@ -48,8 +43,13 @@ class RankError(RanksError):
         if first.exception is not None:
             self.__cause__ = first.exception
 
+    @property
+    def full_traceback(self) -> str:
+        """Every failing rank's traceback with every frame, plain text (the cell folds libraries')."""
+        return "\n".join(f"--- rank {r} ---\n{f.traceback or ''}" for r, f in sorted(self.failures.items()))
+
     def _render_traceback_(self) -> list[str]:
-        sections = [(f"rank {r}", f.traceback or "") for r, f in sorted(self.failures.items())]
+        sections = [(f"rank {r}", f.shown_traceback() or "") for r, f in sorted(self.failures.items())]
         return _rendered(type(self).__name__, str(self), sections)
 
 
@@ -105,8 +105,9 @@ def failure_from_reply(rank: int, error: dict[str, Any]) -> RankFailure:
         rank=rank,
         exc_type=error["exc_type"],
         message=error["message"],
-        traceback=error["traceback"],
+        traceback=fill_source(error["traceback"]),
         time=error["time"],
         exception=rebuild_exception(error),  # None: the traceback text still tells the story
         secondary=error.get("secondary", False),
+        frames=error.get("frames"),
     )

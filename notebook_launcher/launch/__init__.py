@@ -3,8 +3,9 @@ walks one launch through the rooms).
 
 `notebook_launch` / `start_launch` (notebook.py) plan a run (planning.py), start and watch the
 workers (supervise/), run the child's side (worker/), handle what goes wrong (faults/), start fast
-(warm/), and hand back a LaunchResult or a WorkerError (result.py). Events (events.py) feed
-observers such as the RunView.
+(warm/), and hand back a LaunchResult or a WorkerError (result.py), whose traceback the cell shows
+as IPython would (traceback_view.py, colour.py). Events (events.py) feed observers such as the
+RunView.
 
 Imports: config, system, errors; the runtime only inside workers and for the collective records.
 Imported by the public face, widgets, clusters and interactive. Never by runtime or cli. Widgets

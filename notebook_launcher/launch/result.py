@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, overload
 
 from ..errors import NotebookLauncherError
-from .rendering import render
+from .rendering import render, shown_traceback
 
 STARTUP_HINT = (
     "The worker died while starting, before your function ran (its own message went to this process's "
@@ -101,6 +101,27 @@ class RankFailure:
     output_tail: str = ""
     secondary: bool = False  # a symptom of another rank's failure (peer closed, aborted collective)
     description: str | None = None  # what happened, when it is not "raised" or "exited"
+    frames: list[dict[str, Any]] | None = None  # the traceback as data (launch/worker/frames.py)
+
+    @property
+    def full_traceback(self) -> str | None:
+        """Every frame, as Python prints it, plain text (the cell folds the libraries' frames)."""
+        return self.traceback
+
+    def shown_traceback(self, colour: bool | None = None) -> str | None:
+        """The traceback as the cell shows it: the user's frames with their source, library frames
+        folded; ANSI colours when `colour` (default: when this process's cell or terminal shows them)."""
+        if not self.traceback:
+            return None
+        return shown_traceback(self.traceback, self.frames, colour)
+
+    def finish_extra(self) -> dict[str, Any]:
+        """What RunFinished carries about this failure: the plain text, and the folded, coloured view
+        a RunView shows (its panes turn the colours into HTML)."""
+        return {
+            "traceback": self.traceback or self.output_tail,
+            "shown_traceback": self.shown_traceback(True),
+        }
 
     @property
     def signal_name(self) -> str | None:
@@ -127,7 +148,8 @@ class WorkerError(NotebookLauncherError, RuntimeError):
     """A worker failed. `.rank`, `.exitcode`, `.exc_type`, `.traceback` describe the first failure.
 
     `.exception` (also `__cause__`) is the worker's exception rebuilt here when it could be unpickled,
-    so `except` on it works; `.values` holds the return values of the ranks that did finish.
+    so `except` on it works; `.values` holds the return values of the ranks that did finish. The cell
+    folds library frames; `.full_traceback` (= `.traceback`, also in str()) has every frame.
     """
 
     def __init__(
@@ -167,9 +189,19 @@ class WorkerError(NotebookLauncherError, RuntimeError):
         self.restart_note = note
         self.args = (self._message(),)
 
-    def _sections(self) -> list[tuple[str, str]]:
+    @property
+    def full_traceback(self) -> str | None:
+        """The failing rank's traceback with every frame, plain text."""
+        return self.failure.full_traceback
+
+    def shown_traceback(self, colour: bool | None = None) -> str | None:
+        """The failing rank's traceback as the cell shows it (RankFailure.shown_traceback)."""
+        return self.failure.shown_traceback(colour)
+
+    def _sections(self, shown: bool = False) -> list[tuple[str, str]]:
         if self.failure.traceback:
-            return [(f"traceback of rank {self.rank}", self.failure.traceback)]
+            text = self.failure.shown_traceback() if shown else self.failure.traceback
+            return [(f"traceback of rank {self.rank}", text or "")]
         if self.failure.output_tail:
             return [(f"last output of rank {self.rank}", self.failure.output_tail)]
         return []
@@ -180,7 +212,7 @@ class WorkerError(NotebookLauncherError, RuntimeError):
 
     def _render_traceback_(self) -> list[str]:
         """What IPython shows in the cell: our one line and the worker's own traceback."""
-        lines = render(type(self).__name__, self.failure.summary(), self._sections())
+        lines = render(type(self).__name__, self.failure.summary(), self._sections(shown=True))
         return (
             lines
             + ([self._others()] if self.others else [])

@@ -99,7 +99,8 @@ class RunState:
             self.memory_warning = self.memory_warning or event
         elif isinstance(event, RunFinished):
             self.finished = event
-            traceback = event.extra.get("traceback") if isinstance(event.extra, dict) else None
+            extra = event.extra if isinstance(event.extra, dict) else {}
+            traceback = extra.get("shown_traceback") or extra.get("traceback")  # folded, coloured first
             if event.failed_rank is not None and isinstance(traceback, str):
                 self.add_traceback(event.failed_rank, traceback)
 

@@ -21,6 +21,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from ..launch.events import HangReported, RunFinished, RunStarted
+from .ansi_html import ansi_to_html
 from .chart import svg_chart
 from .hang_view import HangBox
 from .kernel_pump import CommPump
@@ -149,7 +150,9 @@ class RunView(widgets.VBox):
     def show_error(self, error: BaseException) -> None:
         """Put a failed rank's remote traceback into its pane (the status line has the summary)."""
         rank = getattr(error, "rank", None)
-        traceback = getattr(error, "remote_traceback", None) or getattr(error, "traceback", None)
+        shown = getattr(error, "shown_traceback", None)  # folded and coloured (WorkerError)
+        traceback = (shown(True) if callable(shown) else None) or getattr(error, "remote_traceback", None)
+        traceback = traceback or getattr(error, "traceback", None)
         if not isinstance(rank, int) or not isinstance(traceback, str):
             return
         with self._lock:
@@ -278,7 +281,9 @@ class RunView(widgets.VBox):
 def _pre(lines: list[tuple[str, str]]) -> str:
     """Lines as a scroll box that stays at the bottom (column-reverse keeps the end in view)."""
     body = "\n".join(
-        f'<span style="color:#c62828">{html.escape(text)}</span>' if stream == "stderr" else html.escape(text)
+        f'<span style="color:#c62828">{html.escape(text)}</span>'
+        if stream == "stderr" and "\x1b[" not in text  # coloured text keeps its own colours
+        else ansi_to_html(text)
         for stream, text in lines
     )
     return (

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..events import MetricLogged, OutputLine, ProgressUpdate
 from ..result import RankFailure, RunRecord, metric_row
+from ..traceback_view import fill_source
 from ..worker import channel
 from .memory_watch import MemoryWatch
 from .processes import Worker
@@ -165,10 +166,11 @@ class Inbox:
             rank=worker.rank,
             exc_type=info["exc_type"],
             message=info["message"],
-            traceback=info["traceback"],
+            traceback=fill_source(info["traceback"]),
             time=info["time"],
             exception=exception,
             secondary=info["secondary"] or self.stopped_by_launcher(worker.rank),
+            frames=info.get("frames"),
         )
         for line in failure.traceback.rstrip("\n").split("\n"):
             worker.lines.append(line)

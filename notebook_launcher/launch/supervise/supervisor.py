@@ -126,7 +126,7 @@ class Supervisor:
             if self.plan.pool is not None:
                 self.plan.pool.launch_ends(len(self.plan.specs))  # the next launch's workers, waiting
             primary = self._primary() if self.record.failures else None
-            extra = {"traceback": primary.traceback or primary.output_tail} if primary else {}
+            extra = primary.finish_extra() if primary else {}
             failed = primary.rank if primary else None
             self._emit(RunFinished(status, time.monotonic() - self.started, failed, error, extra))
             self.hangs.close()

@@ -20,6 +20,7 @@ from typing import Any
 
 import cloudpickle
 
+from .frames import capture, type_name
 from .host_pickle import dumps_on_host
 
 RESULT, ERROR, METRIC, PROGRESS, STARTED = "result", "error", "metric", "progress", "started"
@@ -89,12 +90,6 @@ def _warn_once(key: str, message: str) -> None:
         print(f"RuntimeWarning: {message}", file=sys.stderr, flush=True)
 
 
-def type_name(value: Any) -> str:
-    kind = type(value)
-    module = kind.__module__
-    return kind.__qualname__ if module in ("builtins", "__main__") else f"{module}.{kind.__qualname__}"
-
-
 def describe_exception(exc: BaseException) -> dict[str, Any]:
     """Everything the parent needs to report an exception, picklable no matter what."""
     exc_type = type(exc).__name__
@@ -107,11 +102,19 @@ def describe_exception(exc: BaseException) -> dict[str, Any]:
         "exc_type": exc_type,
         "message": message,
         "traceback": "".join(traceback.format_exception(exc)),
+        "frames": _captured(exc),
         "time": time.monotonic(),
         "pickled": _dumps_or_none(exc),
         "recipe": _dumps_or_none((type(exc), exc.args, dict(getattr(exc, "__dict__", {})))),
         "secondary": exc_type in _SECONDARY_TYPES or any(s in text for s in _SECONDARY_TEXT),
     }
+
+
+def _captured(exc: BaseException) -> list[dict[str, Any]] | None:
+    try:
+        return capture(exc)
+    except Exception:  # the text traceback above still tells the story
+        return None
 
 
 def _dumps_or_none(value: Any) -> bytes | None:
