@@ -12,7 +12,7 @@ import time
 import pytest
 
 from notebook_launcher import notebook_launch
-from notebook_launcher.launch.performance import PerformanceReport, RankSteps
+from notebook_launcher.estimate.performance import PerformanceReport, RankSteps
 
 STEPS = 12
 
@@ -105,6 +105,54 @@ def test_the_verdict_is_printed_once_when_something_is_off(capsys):
     assert printed.count("notebook_launch: rank 0 is the straggler") == 1
 
 
+_SCRIPT = """
+import time
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from notebook_launcher import Accelerator
+
+accelerator = Accelerator()
+model = torch.nn.Linear(8, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+data = TensorDataset(torch.randn(96, 8), torch.randn(96, 1))
+model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(data, batch_size=4))
+for x, y in loader:
+    if accelerator.process_index == 1:
+        time.sleep(0.03)  # the loop's own code, slower on rank 1
+    accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+    optimizer.step()
+    optimizer.zero_grad()
+"""
+
+
+def test_the_cli_prints_the_breakdown_with_report_performance(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(_SCRIPT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "notebook_launcher",
+            "launch",
+            "--num_processes",
+            "2",
+            "--report_performance",
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "notebook-launcher: rank 1 is the straggler: its own code" in done.stderr
+    assert "rank  steps  step ms" in done.stderr
+    assert not list(tmp_path.iterdir())[1:], "nothing but the script is left behind"
+
+
 def _rank(rank, step, data, compute, wait):
     return RankSteps(rank, 10, step, data, compute, wait)
 
@@ -117,6 +165,7 @@ def _rank(rank, step, data, compute, wait):
         ([_rank(0, 100, 5, 55, 40), _rank(1, 100, 5, 60, 35)], "communication-bound"),
         ([_rank(0, 100, 5, 50, 45), _rank(1, 100, 50, 48, 2)], "data straggler"),
         ([_rank(0, 100, 5, 50, 45), _rank(1, 100, 5, 93, 2)], "compute straggler"),
+        ([_rank(0, 100, 5, 50, 45), _rank(1, 100, 5, 50, 2)], "code straggler"),  # 43 ms of its own code
         ([], "unmeasured"),
     ],
 )

@@ -8,9 +8,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..estimate.performance import PerformanceReport
 from .faults.hang_report import HangReport
 from .faults.restarts import RestartingRun
-from .performance import PerformanceReport
 from .planning import LaunchPlan
 from .result import LaunchResult
 

@@ -25,7 +25,7 @@ class LaunchResult(Sequence):
     (see metric_row for logged keys named like those three);
     `result.memory[rank]` that rank's memory samples (see launch/supervise/memory_watch.py), with
     `result.memory.peak_rss(rank)` and `result.memory.warnings`;
-    `result.performance` each rank's step breakdown and the straggler verdict (launch/performance.py).
+    `result.performance` each rank's step breakdown and the straggler verdict (estimate/performance.py).
     """
 
     def __init__(
@@ -50,7 +50,7 @@ class LaunchResult(Sequence):
         self.restarts = 0  # how many times the ranks were started again (max_restarts)
         self.failures: list[Exception] = []  # the error that ended each earlier attempt
         self.memory = memory if memory is not None else {}
-        self.performance: Any = None  # a launch.performance.PerformanceReport (docs/performance.md)
+        self.performance: Any = None  # an estimate.performance.PerformanceReport (docs/performance.md)
 
     @overload
     def __getitem__(self, index: int) -> Any: ...

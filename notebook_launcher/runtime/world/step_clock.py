@@ -11,18 +11,21 @@ Measured with `time.perf_counter()` at points the runtime already passes, never 
   early at the all-reduce waits there for the late one.
 On a GPU, kernels run asynchronously: the CPU-side figures show where the host waits (data, a
 collective's host side), and compute/wait are split only where the host itself blocks. The clock is
-on inside a launch (the launcher reads it) or with NOTEBOOK_LAUNCHER_REPORT_PERFORMANCE=1.
+on inside a launch (the launcher reads it) or with NOTEBOOK_LAUNCHER_REPORT_PERFORMANCE=1, and off
+with NOTEBOOK_LAUNCHER_REPORT_PERFORMANCE=0.
 """
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
 import time
 from typing import Any
 
+from ...estimate.performance import REPORT_ENV
 from .. import telemetry
 
-REPORT_ENV = "NOTEBOOK_LAUNCHER_REPORT_PERFORMANCE"
 SEND_EVERY_S = 0.5
 WARMUP_STEPS = 0  # extra steps left out after the first (which has no start to measure from)
 PARTS = ("data", "forward", "backward", "optimizer", "wait")
@@ -95,7 +98,7 @@ class StepClock:
         self._open = dict.fromkeys(PARTS, 0.0)
         if self.steps and now - self._sent > SEND_EVERY_S:
             self._sent = now
-            telemetry.emit("performance", **self.summary())
+            self._send()
 
     def summary(self) -> dict[str, Any]:
         return {"steps": self.steps, **{f"{name}_s": value for name, value in self.totals.items()}}
@@ -110,7 +113,20 @@ class StepClock:
     def flush(self) -> None:
         """Send the last figures (the worker calls this before it reports its result)."""
         if self.enabled and self.steps:
-            telemetry.emit("performance", **self.summary())
+            self._send()
+
+    def _send(self) -> None:
+        """To the notebook's launcher; under the CLI's --report_performance, into its folder."""
+        telemetry.emit("performance", **self.summary())
+        folder = os.environ.get(REPORT_ENV, "")
+        if os.path.isdir(folder):
+            path = os.path.join(folder, f"rank{os.environ.get('RANK', '0')}.json")
+            try:
+                with open(path + ".partial", "w") as handle:
+                    json.dump(self.summary(), handle)
+                os.replace(path + ".partial", path)
+            except OSError:
+                pass
 
 
 CLOCK = StepClock()
@@ -121,7 +137,10 @@ def switch_on_if_watched() -> bool:
     global CLOCK
     if CLOCK.pid != os.getpid():  # a forked worker starts its own figures, not its parent's
         CLOCK = StepClock()
-    CLOCK.enabled = telemetry.has_sink() or os.environ.get(REPORT_ENV, "") not in ("", "0")
+    asked = os.environ.get(REPORT_ENV, "")
+    CLOCK.enabled = asked != "0" and (telemetry.has_sink() or asked != "")
+    if CLOCK.enabled and os.path.isdir(os.environ.get(REPORT_ENV, "")):
+        atexit.register(lambda: CLOCK.flush())  # a script's last steps, at its end
     return CLOCK.enabled
 
 

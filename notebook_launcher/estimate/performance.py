@@ -5,9 +5,15 @@ input-bound everywhere. Pure: numbers in, a report out (docs/performance.md says
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+# Set for the workers by `notebook-launcher launch --report_performance`: a private folder where each
+# rank keeps its figures (rank<N>.json); "1" switches the step clock on in a plain script, "0" off
+# (it is on by default inside notebook_launch, where the launcher reads it).
+REPORT_ENV = "NOTEBOOK_LAUNCHER_REPORT_PERFORMANCE"
 PARTS = ("data", "compute", "wait")
 STRAGGLER_WAIT_SHARE = 0.15  # the other ranks wait at least this share of a step...
 STRAGGLER_WAIT_RATIO = 0.5  # ...and the straggler itself at most half their mean wait
@@ -49,6 +55,17 @@ class PerformanceReport:
     ranks: list[RankSteps] = field(default_factory=list)
 
     @classmethod
+    def from_folder(cls, folder: str | Path) -> PerformanceReport:
+        """The figures the ranks of a CLI launch left in `folder` (see REPORT_ENV)."""
+        payloads = {}
+        for path in Path(folder).glob("rank*.json"):
+            try:
+                payloads[int(path.stem[4:])] = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue  # a rank that died while writing: the others still tell the story
+        return cls.from_payloads(payloads)
+
+    @classmethod
     def from_payloads(cls, payloads: dict[int, dict[str, Any]]) -> PerformanceReport:
         ranks = [RankSteps.from_payload(rank, payloads[rank]) for rank in sorted(payloads)]
         return cls([r for r in ranks if r.steps > 0 and r.step_ms > 0])
@@ -56,8 +73,9 @@ class PerformanceReport:
     # ----------------------------------------------------------------- verdict
     @property
     def kind(self) -> str:
-        """'balanced', 'data straggler', 'compute straggler', 'communication-bound', 'input-bound', or
-        'unmeasured' (no optimizer step went through a prepared optimizer)."""
+        """'balanced', 'data straggler', 'compute straggler', 'code straggler' (the loop's own code
+        between the measured parts), 'communication-bound', 'input-bound', or 'unmeasured' (no
+        optimizer step went through a prepared optimizer)."""
         return self._verdict()[0]
 
     @property
@@ -96,16 +114,21 @@ class PerformanceReport:
         late = self._straggler()
         if late is not None:
             others = [r for r in self.ranks if r is not late]
-            data = sum(r.data_ms for r in others) / len(others)
-            compute = sum(r.compute_ms for r in others) / len(others)
             wait_share = sum(r.share("wait") for r in others) / len(others)
-            if late.data_ms - data >= late.compute_ms - compute:
-                part, mine, theirs = "data loading", late.data_ms, data
-                kind = "data straggler"
-            else:
-                part, mine, theirs = "compute", late.compute_ms, compute
-                kind = "compute straggler"
-            times = f"{mine / theirs:.1f}× the others'" if theirs > 0 else "far more than the others'"
+            causes = {  # how much longer than the others' mean each part takes on the late rank
+                part: getattr(late, f"{part}_ms") - sum(getattr(r, f"{part}_ms") for r in others) / len(others)
+                for part in ("data", "compute", "other")
+            }
+            part = max(causes, key=causes.__getitem__)
+            mine = getattr(late, f"{part}_ms")
+            theirs = mine - causes[part]
+            kind = {"data": "data straggler", "compute": "compute straggler", "other": "code straggler"}[part]
+            part = {
+                "data": "data loading",
+                "compute": "compute",
+                "other": "own code between forward, backward and step (logging, metrics, Python)",
+            }[part]
+            times = f"{mine / theirs:.1f}× the others'" if theirs > 0.1 else "far more than the others'"
             return kind, (
                 f"rank {late.rank} is the straggler: its {part} takes {times} ({mine:.0f} ms per step) — "
                 f"the other ranks spend {wait_share:.0%} of each step waiting for it"
