@@ -273,6 +273,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("log_dir", "Directory for worker logs and error files.", metavar="DIR", group=_OTHER),
     Flag("rank_prefix", "Prefix each worker output line with its rank, [rank0] (default true).",
          convert=boolean, group=_OTHER),
+    Flag("report_performance", "At the end, print each rank's step breakdown (data, compute, wait) and "
+         "the straggler verdict (docs/performance.md).", switch=True, group=_OTHER),
 )
 # fmt: on
 

@@ -156,6 +156,7 @@ def prepare_launch(args: object, target: list[str]) -> RunPlan:
         tee=args.tee,  # type: ignore[attr-defined]
         log_dir=args.log_dir,  # type: ignore[attr-defined]
         rank_prefix=args.rank_prefix is not False,  # type: ignore[attr-defined]
+        report_performance=bool(getattr(args, "report_performance", False)),
     )
     quiet = bool(args.quiet)  # type: ignore[attr-defined]
     for note in (*source.notes, *plan.notes):

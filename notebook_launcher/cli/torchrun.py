@@ -20,12 +20,13 @@ import signal
 import sys
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..config import LaunchConfig, config_to_env, patched_environ, to_file_dict
 from ..config.env import GRACEFUL_PREEMPTION_ENV
 from ..errors import ConfigError, NetworkError
+from ..estimate.performance import REPORT_ENV, PerformanceReport
 from ..system.network import free_port, port_is_free, socket_interface_env, wait_for_main
 from ..system.store import ALL_INTERFACES, LOOPBACK, host_store, store_bind_address
 from .bootstrap import LAUNCHER_PID_ENV
@@ -58,6 +59,7 @@ class RunPlan:
     notes: list[str] = field(default_factory=list)
     wait_for_main: bool = False  # a machine other than 0: check the main machine's port first
     log_dir: str | None = None  # the user's --log_dir; None: a temporary one, removed after the run
+    report_performance: bool = False  # --report_performance: the step breakdown and verdict at the end
 
     @property
     def local_processes(self) -> int:
@@ -102,6 +104,7 @@ def build_plan(
     tee: str | None = None,
     log_dir: str | None = None,
     rank_prefix: bool = True,
+    report_performance: bool = False,
 ) -> RunPlan:
     """Choose the port and thread count, and write torchrun's arguments and the workers' env.
 
@@ -149,6 +152,7 @@ def build_plan(
         notes=notes,
         wait_for_main=config.num_machines > 1 and config.machine_rank != 0,
         log_dir=log_dir,
+        report_performance=report_performance,
     )
 
 
@@ -224,12 +228,19 @@ def execute(plan: RunPlan, *, debug: bool = False, err: Any = None) -> int:
         at = args.index("--module")
         args = [*args[:at], f"--log_dir={log_dir}", *args[at:]]
     store = hosted_store(plan.config)
+    figures = tempfile.mkdtemp(prefix="notebook_launcher_steps_") if plan.report_performance else None
+    if figures is not None:  # private (0700), removed below: where each rank leaves its step figures
+        plan = replace(plan, env={**plan.env, REPORT_ENV: figures})
     try:
         return _run_torchrun(plan, args, debug, err)
     finally:
         store = None  # noqa: F841 - closes the rendezvous port
         if plan.log_dir is None:
             shutil.rmtree(log_dir, ignore_errors=True)
+        if figures is not None:
+            report = PerformanceReport.from_folder(figures)
+            shutil.rmtree(figures, ignore_errors=True)
+            print(f"notebook-launcher: {report}", file=err, flush=True)
 
 
 def hosted_store(config: LaunchConfig) -> Any:

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..estimate.performance import PerformanceReport
 from .faults.hang_report import HangReport
 from .faults.restarts import RestartingRun
 from .planning import LaunchPlan
@@ -28,6 +29,7 @@ def collect_result(run: RestartingRun) -> LaunchResult:
         world_size=plan.world_size,
         memory=supervisor.record.memory,
     )
+    result.performance = PerformanceReport.from_payloads(supervisor.record.performance)
     result.restarts, result.failures = run.restarts, list(run.failures)
     result.duration = time.monotonic() - run.started
     return result
@@ -78,6 +80,15 @@ class RunHandle:
                 "The launch has ended; nothing is running. Its logs are in the result or error."
             )
         return self._attempts.supervisor.hangs.ask_and_wait(timeout)
+
+    @property
+    def performance(self) -> PerformanceReport:
+        """Each rank's step breakdown so far and the straggler verdict, while the run goes on."""
+        if self.result is not None:
+            return self.result.performance
+        if self._runner is not None:
+            return PerformanceReport()
+        return PerformanceReport.from_payloads(dict(self._attempts.supervisor.record.performance))
 
     def stop(self) -> None:
         """Stop every worker now (like an interrupt); wait() then raises LaunchStopped."""

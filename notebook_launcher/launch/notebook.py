@@ -182,7 +182,10 @@ def notebook_launch(
     plan, watchers = _plan_and_watchers(fn, args, kwargs, options, config_overrides)
     run = RestartingRun(plan, watchers, poll_hooks, restart_on=restart_on)
     run.run()
-    return collect_result(run)
+    result = collect_result(run)
+    if not options["quiet"] and not result.performance.balanced:
+        print(f"notebook_launch: {result.performance.verdict} (result.performance has each rank's steps)")
+    return result
 
 
 # Options that need worker processes, with the value that means "not asked for" and why in_process

@@ -24,7 +24,8 @@ class LaunchResult(Sequence):
     `result.metrics` one row per `accelerator.log()` call: {"rank", "step", "time", **values}
     (see metric_row for logged keys named like those three);
     `result.memory[rank]` that rank's memory samples (see launch/supervise/memory_watch.py), with
-    `result.memory.peak_rss(rank)` and `result.memory.warnings`.
+    `result.memory.peak_rss(rank)` and `result.memory.warnings`;
+    `result.performance` each rank's step breakdown and the straggler verdict (estimate/performance.py).
     """
 
     def __init__(
@@ -49,6 +50,7 @@ class LaunchResult(Sequence):
         self.restarts = 0  # how many times the ranks were started again (max_restarts)
         self.failures: list[Exception] = []  # the error that ended each earlier attempt
         self.memory = memory if memory is not None else {}
+        self.performance: Any = None  # an estimate.performance.PerformanceReport (docs/performance.md)
 
     @overload
     def __getitem__(self, index: int) -> Any: ...
@@ -336,3 +338,4 @@ class RunRecord:
     checkpoint: str | None = None  # the last folder save_state() completed
     preempted: dict[int, str | None] = field(default_factory=dict)  # rank -> the signal it got (if it did)
     memory: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # a MemoryRecord
+    performance: dict[int, dict[str, Any]] = field(default_factory=dict)  # rank -> its step clock

@@ -12,7 +12,7 @@ import torch
 
 from .data import GradientState
 from .precision.mixed import Precision
-from .world import preemption
+from .world import preemption, step_clock
 
 
 class AcceleratedOptimizer(torch.optim.Optimizer):
@@ -62,6 +62,12 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         if not self.gradient_state.sync_gradients:
             return
         kwargs = {"closure": closure} if closure is not None else {}
+        if step_clock.CLOCK.enabled:
+            step_clock.CLOCK.optimizer_step(lambda: self._step(kwargs))
+        else:
+            self._step(kwargs)
+
+    def _step(self, kwargs: dict[str, Any]) -> None:
         self._step_was_skipped = self.precision.optimizer_step(self.optimizer, **kwargs)
         preemption.agree(self.precision.device)  # every rank meets here: agree on a preemption request
 

@@ -109,6 +109,8 @@ class Inbox:
                     worker.rank, payload["step"], payload.get("total"), payload["time"], payload.get("epoch")
                 )
             )
+        elif kind == channel.PERFORMANCE:
+            self.record.performance[worker.rank] = payload
         elif kind == channel.MEMORY:
             for event in self.memory.ingest(worker.rank, payload):
                 self.emit(event)

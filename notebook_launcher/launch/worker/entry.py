@@ -156,6 +156,7 @@ def run_prepared(spec: WorkerSpec, target: Any, msg_conn: Connection) -> None:
         _count_collectives()
         value = fn(*args, **kwargs)
         sampler.stop()
+        _send_step_figures()
         _send_result(channel, value, spec.rank)
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent
         exit_code = 1
@@ -174,6 +175,13 @@ def _count_collectives() -> None:
     from ...runtime.world import collective_log
 
     collective_log.install()
+
+
+def _send_step_figures() -> None:
+    """The step clock's last figures (runtime/world/step_clock.py), before the result ends the run."""
+    clock_module = sys.modules.get("notebook_launcher.runtime.world.step_clock")
+    if clock_module is not None:
+        clock_module.CLOCK.flush()
 
 
 def _load_payload(payload: bytes) -> Any:

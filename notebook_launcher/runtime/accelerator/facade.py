@@ -22,7 +22,7 @@ from ..compile import compile_model
 from ..data import DataLoaderShard, GradientState
 from ..precision.mixed import Precision
 from ..strategies import strategy_class
-from ..world import preemption
+from ..world import preemption, step_clock
 from ..world.rng_sync import check_rng_types
 from ..world.seed import set_seed
 from ..world.shared_state import AcceleratorState, resolve_distributed_type
@@ -139,6 +139,7 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, 
         self._load_model_state_pre_hook: OrderedDict[int, Any] = OrderedDict()  # a weak-referenceable dict
         if self.config.seed is not None:
             set_seed(self.config.seed)
+        step_clock.switch_on_if_watched()  # where each step's time goes, for the launcher's verdict
         preemption.install_handlers_if_asked()  # a worker of `notebook-launcher launch`
         preemption.listen()  # SIGTERM / SIGUSR1 now ask for a graceful stop (accelerator.preempted)
 
@@ -194,6 +195,7 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, 
                 model, self.config.dynamo_config, getattr(self.state.dynamo_plugin, "options", None)
             )
             self._models.append(model)
+            step_clock.watch_model(model)
         self._prepared_ids.add(id(model))
         return model
 
@@ -257,7 +259,10 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, 
             )
         if self.gradient_state.num_steps > 1:
             loss = loss / self.gradient_state.num_steps
-        self.strategy.backward(loss, **kwargs)
+        if step_clock.CLOCK.enabled:
+            step_clock.CLOCK.backward(lambda: self.strategy.backward(loss, **kwargs))
+        else:
+            self.strategy.backward(loss, **kwargs)
 
     def _do_sync(self) -> None:
         state = self.gradient_state

@@ -20,6 +20,7 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSa
 
 from .. import telemetry
 from ..ops import send_to_device
+from ..world import step_clock
 from ..world.rng_sync import synchronize_rng_states
 from .dispatch import dispatch
 from .gradient_state import GradientState
@@ -175,6 +176,11 @@ class DataLoaderShard:
 
     # --------------------------------------------------------------- iteration
     def __iter__(self) -> Iterator[Any]:
+        if not step_clock.CLOCK.enabled:
+            return self._batches()
+        return _timed(self._batches())
+
+    def _batches(self) -> Iterator[Any]:
         if self.rng_types:
             synchronize_rng_states(self.rng_types, self._synchronized_generator())
         self._begin()
@@ -329,3 +335,19 @@ def _sized(dataset: Any, steps_of) -> int | None:
         return steps_of(len(dataset))
     except TypeError:
         return None
+
+
+def _timed(batches: Iterator[Any]) -> Iterator[Any]:
+    """The same batches, with the time the training loop waited for each one on the step clock."""
+    clock = step_clock.CLOCK
+    try:
+        while True:
+            began = time.perf_counter()
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            clock.add("data", time.perf_counter() - began)
+            yield batch
+    finally:
+        batches.close()  # a loop that breaks early ends the epoch's bookkeeping now, as before

@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from . import step_clock
+
 ENV = "NOTEBOOK_LAUNCHER_ACTIVITY_FILE"  # set by the launcher: where this rank keeps its record
 IDLE, IN_COLLECTIVE, RENDEZVOUS = 0, 1, 2
 _FORMAT = struct.Struct("<iiqd48s")  # state, unused, collectives entered, entered at (time.time()), op
@@ -149,10 +151,12 @@ def _counting(name: str, original: Any) -> Any:
         if record is None:
             return original(*args, **kwargs)
         record.enter(name)
+        began = time.perf_counter()
         try:
             return original(*args, **kwargs)
         finally:
             record.leave(name)
+            step_clock.CLOCK.add("wait", time.perf_counter() - began)
 
     counted._counted = True  # type: ignore[attr-defined]
     return counted
