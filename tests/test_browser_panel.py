@@ -256,6 +256,10 @@ def test_pick_settings_save_launch_and_watch_the_run(page, lab, notebook_dir):
     assert view.locator("svg.nl-chart polyline").is_visible()
     assert "epoch 1 · step 8/8" in view.inner_text()
     view.screenshot(path=str(ARTIFACTS / f"finished_run-{lab.app}.png"))
+    view.locator(".lm-TabBar-tab", has_text="steps").click()  # where each rank's steps went
+    steps = view.locator(".nl-pane-steps")
+    steps.wait_for(state="visible")
+    assert steps.locator(".nl-steps-rank").count() == 2 and "ms/step" in steps.inner_text()
 
 
 @JUPYTERLAB_ONLY

@@ -97,7 +97,7 @@ def test_example_notebook_launches_through_the_panel(tmp_path):
     )  # 2 runs x (2 ranks + all)
     assert len([s for s in html_values(models, "nl-status") if "done in" in s]) == 3
     tabs = models["TabModel"]
-    assert all(t["titles"] == ["all ranks", "rank 0", "rank 1"] for t in tabs)
+    assert all(t["titles"] == ["all ranks", "rank 0", "rank 1", "steps"] for t in tabs)
 
 
 FAIL_AND_STOP = """

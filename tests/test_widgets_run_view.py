@@ -5,7 +5,14 @@ from __future__ import annotations
 import re
 import threading
 
-from notebook_launcher.launch.events import MetricLogged, OutputLine, ProgressUpdate, RunFinished, RunStarted
+from notebook_launcher.launch.events import (
+    MetricLogged,
+    OutputLine,
+    ProgressUpdate,
+    RunFinished,
+    RunStarted,
+    StepsMeasured,
+)
 from notebook_launcher.widgets import RunView
 from notebook_launcher.widgets.chart import svg_chart, thin
 from notebook_launcher.widgets.run_state import RunState, format_seconds
@@ -28,7 +35,7 @@ def test_one_pane_per_rank_plus_all_ranks():
     view(OutputLine(0, "stdout", "hello from 0"))
     view(OutputLine(1, "stdout", "hello from 1"))
     view(OutputLine(1, "stderr", "warning <b>not html</b>"))
-    assert view.tabs.titles == ("all ranks", "rank 0", "rank 1")
+    assert view.tabs.titles == ("all ranks", "rank 0", "rank 1", "steps")
     assert view.tabs.children[0] is view.panes[-1]
     assert "hello from 0" in view.panes[0].value and "hello from 1" not in view.panes[0].value
     assert "hello from 1" in view.panes[1].value
@@ -239,3 +246,16 @@ def test_stop_tooltip_tells_when_clicks_cannot_reach_a_blocked_cell():
     view = RunView(refresh_interval=0)
     assert view.poll() is False  # pytest is not a Jupyter kernel: no comm pump
     assert "not running inside a Jupyter kernel" in view.stop_button.tooltip
+
+
+def test_the_steps_tab_draws_each_ranks_breakdown_and_names_the_straggler():
+    view = RunView(refresh_interval=0)
+    view(started(2))
+    assert "No optimizer step measured yet" in view.steps_pane.value
+    # rank 1 reads its data for 40 ms of a 60 ms step; rank 0 waits 45 ms for it
+    view(StepsMeasured(0, {"steps": 10, "step_s": 0.6, "data_s": 0.02, "forward_s": 0.05, "wait_s": 0.45}))
+    view(StepsMeasured(1, {"steps": 10, "step_s": 0.6, "data_s": 0.4, "forward_s": 0.05, "wait_s": 0.02}))
+    pane = view.steps_pane.value
+    assert "rank 1 is the straggler: its data loading takes" in pane
+    assert pane.count('class="nl-steps-rank"') == 2 and "60.0 ms/step" in pane
+    assert 'title="data 40.0 ms"' in pane  # rank 1's data part of its bar

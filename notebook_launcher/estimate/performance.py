@@ -116,7 +116,8 @@ class PerformanceReport:
             others = [r for r in self.ranks if r is not late]
             wait_share = sum(r.share("wait") for r in others) / len(others)
             causes = {  # how much longer than the others' mean each part takes on the late rank
-                part: getattr(late, f"{part}_ms") - sum(getattr(r, f"{part}_ms") for r in others) / len(others)
+                part: getattr(late, f"{part}_ms")
+                - sum(getattr(r, f"{part}_ms") for r in others) / len(others)
                 for part in ("data", "compute", "other")
             }
             part = max(causes, key=causes.__getitem__)

@@ -35,6 +35,14 @@ class MetricLogged:
 
 
 @dataclass(frozen=True)
+class StepsMeasured:
+    """A rank's step breakdown so far (runtime/world/step_clock.py): sums in seconds and steps."""
+
+    rank: int
+    figures: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class ProgressUpdate:
     rank: int
     step: int  # batches done so far in this epoch (1-based count)

@@ -21,6 +21,7 @@ from ..launch.events import (
     RunFinished,
     RunRestarting,
     RunStarted,
+    StepsMeasured,
 )
 from ..system.host_memory import format_bytes
 
@@ -67,6 +68,7 @@ class RunState:
     memory: dict[int, dict[str, Any]] = field(default_factory=dict)  # latest sample per rank
     memory_peaks: dict[int, int] = field(default_factory=dict)
     memory_warning: MemoryWarning | None = None
+    steps: dict[int, dict[str, Any]] = field(default_factory=dict)  # each rank's step breakdown so far
 
     # ------------------------------------------------------------------ events
     def apply(self, event: object) -> None:
@@ -95,6 +97,8 @@ class RunState:
             self.memory[event.rank] = event.sample
             peak = event.sample.get("peak_rss", event.sample.get("rss", 0))
             self.memory_peaks[event.rank] = max(peak, self.memory_peaks.get(event.rank, 0))
+        elif isinstance(event, StepsMeasured):
+            self.steps[event.rank] = event.figures
         elif isinstance(event, MemoryWarning):
             self.memory_warning = self.memory_warning or event
         elif isinstance(event, RunFinished):

@@ -26,6 +26,7 @@ from .chart import svg_chart
 from .hang_view import HangBox
 from .kernel_pump import CommPump
 from .run_state import RunState
+from .steps_view import steps_html
 
 ALL_RANKS = -1
 SHOWN_LINES = 500  # lines drawn per pane; the state keeps more
@@ -62,6 +63,9 @@ class RunView(widgets.VBox):
         self.progress_label = widgets.Label("")
         self.tabs = widgets.Tab(layout=widgets.Layout(width="100%"))
         self.panes: dict[int, widgets.HTML] = {}
+        self.steps_pane = widgets.HTML(steps_html({}), layout=widgets.Layout(width="100%"))
+        self.steps_pane.add_class("nl-pane-steps")
+        self._drawn_steps: dict[int, Any] = {}
         self.metric_select = widgets.Dropdown(
             options=[], description="metric", layout=widgets.Layout(width="220px")
         )
@@ -177,6 +181,9 @@ class RunView(widgets.VBox):
             if set(self.panes) != {ALL_RANKS, *self.state.ranks}:
                 self._set_ranks(self.state.ranks)
             self._draw_panes()
+            if self.state.steps != self._drawn_steps:  # the "steps" tab: where each rank's time goes
+                self._drawn_steps = dict(self.state.steps)
+                self.steps_pane.value = steps_html(self._drawn_steps)
             self._draw_progress()
             self._draw_chart()
             self.status.value = self._status_html()
@@ -191,8 +198,8 @@ class RunView(widgets.VBox):
             if key not in self.panes:
                 self.panes[key] = widgets.HTML(_pre([]), layout=widgets.Layout(width="100%"))
                 self.panes[key].add_class(f"nl-pane-{'all' if key == ALL_RANKS else f'rank-{key}'}")
-        self.tabs.children = [self.panes[key] for key in keys]
-        self.tabs.titles = ["all ranks"] + [f"rank {rank}" for rank in ranks]
+        self.tabs.children = [self.panes[key] for key in keys] + [self.steps_pane]
+        self.tabs.titles = ["all ranks"] + [f"rank {rank}" for rank in ranks] + ["steps"]
         self._drawn_lines.clear()
         options = [(f"rank {rank}", rank) for rank in ranks] + (
             [("all ranks", ALL_RANKS)] if len(ranks) > 1 else []

@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from ..events import MetricLogged, OutputLine, ProgressUpdate
+from ..events import MetricLogged, OutputLine, ProgressUpdate, StepsMeasured
 from ..result import RankFailure, RunRecord, metric_row
 from ..traceback_view import fill_source
 from ..worker import channel
@@ -111,6 +111,7 @@ class Inbox:
             )
         elif kind == channel.PERFORMANCE:
             self.record.performance[worker.rank] = payload
+            self.emit(StepsMeasured(worker.rank, payload))
         elif kind == channel.MEMORY:
             for event in self.memory.ingest(worker.rank, payload):
                 self.emit(event)
