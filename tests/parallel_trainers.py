@@ -176,3 +176,38 @@ def _parallelize_by_hand(model: nn.Module, mesh) -> nn.Module:
 def compositions(cases: list) -> list:
     """Several meshes one after another in the same processes (one launch for the lot)."""
     return [train_on_mesh(*args, **kwargs) for args, kwargs in cases]
+
+
+def save_and_resume(sizes: dict, batch: int, folder: str) -> dict:
+    """Train 2 steps, save_state, train 2 more; a fresh model and optimizer load_state and train the
+    same 2: both must end equal. save_model's safetensors must hold the full weights."""
+    from notebook_launcher import Accelerator, ParallelismConfig
+    from notebook_launcher.utils import TorchTensorParallelConfig
+
+    def setup():
+        handler = TorchTensorParallelConfig(plan=PLAN) if sizes.get("tp_size", 1) > 1 else None
+        accelerator = Accelerator(parallelism_config=ParallelismConfig(**sizes, tp_handler=handler))
+        model = make_model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        loader = DataLoader(make_data(), batch_size=batch)
+        return accelerator, *accelerator.prepare(model, opt, loader)
+
+    def steps(accelerator, model, opt, batches):
+        for x, y in batches:
+            accelerator.backward(nn.functional.mse_loss(model(x), y))
+            opt.step()
+            opt.zero_grad()
+
+    accelerator, model, opt, loader = setup()
+    batches = list(loader)
+    steps(accelerator, model, opt, batches[:2])
+    accelerator.save_state(f"{folder}/ckpt")
+    steps(accelerator, model, opt, batches[2:4])
+    straight = accelerator.get_state_dict(model)
+    accelerator.save_model(model, f"{folder}/model")
+    accelerator.wait_for_everyone()
+    accelerator2, model2, opt2, _ = setup()
+    accelerator2.load_state(f"{folder}/ckpt")
+    steps(accelerator2, model2, opt2, batches[2:4])
+    resumed = accelerator2.get_state_dict(model2)
+    return {"straight": straight, "resumed": resumed}

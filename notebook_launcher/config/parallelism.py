@@ -250,6 +250,8 @@ def check_section(section: Any) -> dict[str, Any]:
     """Validate a YAML `parallelism_config:` section (Accelerate's keys); returns it cleaned."""
     if section is None or section == {}:
         return {}
+    if isinstance(section, ParallelismConfig):
+        section = _sizes_only(section)
     if not isinstance(section, Mapping):
         raise ConfigError(
             f"parallelism_config must be a mapping of {', '.join(SECTION_KEYS)}; got {type(section).__name__}."
@@ -286,6 +288,20 @@ def from_section(section: Mapping[str, Any]) -> ParallelismConfig:
     if strategy is not None and kwargs["cp_size"] > 1:
         kwargs["cp_handler"] = TorchContextParallelConfig(cp_comm_strategy=strategy)
     return ParallelismConfig(**kwargs)
+
+
+def _sizes_only(config: ParallelismConfig) -> dict[str, Any]:
+    """A ParallelismConfig given to a launcher: its sizes travel to the workers; a plan or a function
+    cannot (they belong to the Accelerator inside the function)."""
+    handler = config.tp_handler
+    if handler is not None and (handler.plan is not None or handler.parallelize_fn is not None):
+        raise ConfigError(
+            "A launcher's parallelism_config carries the mesh sizes only; its tp_handler's plan / parallelize_fn "
+            "does not travel to the workers. Build the Accelerator inside your function with "
+            "Accelerator(parallelism_config=ParallelismConfig(..., tp_handler=TorchTensorParallelConfig(plan=...))), "
+            "and pass only the sizes here."
+        )
+    return to_section(config)
 
 
 def to_section(config: ParallelismConfig) -> dict[str, Any]:

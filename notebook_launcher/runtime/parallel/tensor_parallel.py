@@ -116,6 +116,20 @@ def _check_heads(model: nn.Module, expanded: dict[str, str], tp_size: int) -> No
             )
 
 
+def _check_loaded_split(model: nn.Module, tp_size: int) -> None:
+    """A model split when it was loaded must be split over as many ranks as the mesh's tp dim."""
+    from torch.distributed.tensor import DTensor
+
+    for name, param in model.named_parameters():
+        if isinstance(param, DTensor) and param.device_mesh.size() != tp_size:
+            raise ConfigError(
+                f"{type(model).__name__} was loaded split over {param.device_mesh.size()} ranks ({name!r}), but "
+                f"ParallelismConfig tp_size={tp_size}. Load it on the mesh's tp dim "
+                "(from_pretrained(..., tp_plan='auto', tp_size=accelerator.parallelism_config.tp_size) or "
+                "device_mesh=accelerator.torch_device_mesh['tp']), or load it plainly and let prepare() split it."
+            )
+
+
 def torch_style(style: str) -> Any:
     """The torch ParallelStyle for a plan's style name (transformers' names included)."""
     from torch.distributed.tensor import Replicate
@@ -143,6 +157,7 @@ def apply_tensor_parallel(
 ) -> tuple[nn.Module, str]:
     """Split the model over mesh["tp"]; returns the model and which route was taken (for notes)."""
     if is_tensor_parallel(model):
+        _check_loaded_split(model, tp_size)
         return model, "already split when loaded"
     if handler is not None and handler.parallelize_fn is not None:
         result = handler.parallelize_fn(model, mesh)
