@@ -39,7 +39,7 @@ def test_tensor_parallel_alone_on_two_processes():
     transformers = _llama_saved(folder)
     result = notebook_launch(_with_llama, args=(cases, folder), num_processes=2, timeout=TIMEOUT)
     meshes, llamas = result[0]
-    for (args, kwargs), out in zip(cases, meshes):
+    for (_args, kwargs), out in zip(cases, meshes, strict=True):
         assert out["mesh_dims"] == ("tp",)
         assert max_diff(out["weights"], reference(4, 3, clip=kwargs.get("clip"))) < ATOL
     assert [r[0][0]["ranks"] for r in result] == [(0, 0, 0), (0, 0, 1)]
@@ -48,7 +48,7 @@ def test_tensor_parallel_alone_on_two_processes():
     if transformers:
         import llama_trainers
 
-        for route, out in zip(("own_plan", "auto"), llamas):
+        for route, out in zip(("own_plan", "auto"), llamas, strict=True):
             want = llama_trainers.reference(folder if route == "auto" else None, 4, 3)
             assert out["losses"] == pytest.approx(want["losses"], abs=1e-6), route
             assert max_diff(out["weights"], want["weights"]) < ATOL, route
