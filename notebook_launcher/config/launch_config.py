@@ -155,7 +155,7 @@ class LaunchConfig:
         for key, value in overrides.items():
             if value is None:
                 continue
-            if key in _SECTIONS and isinstance(value, dict):
+            if (key in _SECTIONS or key == "parallelism_config") and isinstance(value, dict):
                 data[key] = {**data[key], **value}
             else:
                 data[key] = value
