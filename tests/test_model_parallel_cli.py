@@ -99,3 +99,18 @@ def test_sizes_not_matching_the_processes_are_refused_before_launch(tmp_path):
     )
     assert result.returncode != 0
     assert "tp_size=4" in result.stderr + result.stdout and "world size 2" in result.stderr + result.stdout
+
+
+def test_config_asks_for_the_mesh():
+    import io
+    from types import SimpleNamespace
+
+    from notebook_launcher.cli.questionnaire import Asker, ask_config
+
+    answers = "1\nyes\n4\nmesh\n2\n1\n3\n2\n1\n2\nno\n1\nno\n"
+    out = io.StringIO()
+    config = ask_config(Asker(io.StringIO(answers), out), SimpleNamespace(cuda_device_count=0))
+    assert "the product must equal it" in out.getvalue()
+    assert config.parallelism_config["parallelism_config_tp_size"] == 2
+    assert config.parallelism_config["parallelism_config_dp_shard_size"] == 2
+    assert config.distributed_type == "FSDP"
