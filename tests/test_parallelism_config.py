@@ -8,9 +8,10 @@ from torch import nn
 
 from notebook_launcher import LaunchConfig, ParallelismConfig
 from notebook_launcher.config.parallelism import from_section, to_env, to_section
+from notebook_launcher.config.tp_plan import model_plan
 from notebook_launcher.errors import ConfigError
 from notebook_launcher.runtime.parallel.mesh import data_leaders, data_rank_and_size, grid
-from notebook_launcher.runtime.parallel.tensor_parallel import expand_plan, model_plan
+from notebook_launcher.runtime.parallel.tensor_parallel import expand_plan
 from notebook_launcher.utils import TorchTensorParallelConfig
 
 
@@ -119,3 +120,22 @@ def test_top_level_and_utils_export_it():
     assert notebook_launcher.ParallelismConfig is utils.ParallelismConfig
     assert utils.TorchContextParallelConfig().cp_comm_strategy == "allgather"
     assert torch  # torch imported for the plan's modules
+
+
+def test_estimate_memory_splits_the_planned_layers():
+    from parallel_trainers import TinyNet
+
+    from notebook_launcher import estimate_memory
+
+    class Net(TinyNet):
+        _tp_plan = PLAN
+
+    table = estimate_memory(Net, 2, strategies=["DDP"], optimizer="sgd", tp_size=2)
+    ddp, tp = table.rows
+    block_whole = 2 * 16 + 16 + 16  # norm weight and bias, o_proj and down_proj biases
+    block_split = (16 * 16 + 16 + 16 * 16 + 32 * 16 + 32 + 16 * 32) // 2
+    other = 16 * 8 + 16 + 16 + 1  # embed, head
+    assert tp.strategy == "TP=2" and tp.parameters == 4 * (other + 2 * (block_whole + block_split))
+    assert ddp.parameters == 4 * sum(p.numel() for p in make_model().parameters())
+    both = estimate_memory(Net, 4, strategies=["DDP"], optimizer="sgd", tp_size=2, dp_shard_size=2).rows[1]
+    assert both.strategy == "TP=2 x FSDP=2" and both.processes == 4 and both.parameters < tp.parameters

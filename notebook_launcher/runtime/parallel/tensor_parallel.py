@@ -11,12 +11,12 @@ Three routes, the first that applies wins:
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from torch import nn
 
 from ...config.parallelism import TorchTensorParallelConfig
+from ...config.tp_plan import matches, model_plan, split_dim
 from ...errors import ConfigError
 
 
@@ -27,34 +27,13 @@ def is_tensor_parallel(model: nn.Module) -> bool:
     return any(isinstance(p, DTensor) for p in model.parameters())
 
 
-def model_plan(model: nn.Module) -> dict[str, str] | None:
-    """A transformers model's own plan, keyed by module names of `model`; None for other models."""
-    plan = getattr(model, "_tp_plan", None)
-    if plan:
-        return dict(plan)
-    config = getattr(model, "config", None)
-    base = getattr(config, "base_model_tp_plan", None)
-    if not base:
-        return None
-    prefix = getattr(model, "base_model_prefix", "")
-    if prefix and isinstance(getattr(model, prefix, None), nn.Module):
-        return {f"{prefix}.{pattern}": style for pattern, style in base.items()}
-    return dict(base)
-
-
-def pattern_regex(pattern: str) -> re.Pattern[str]:
-    """`layers.*.attn.q_proj`: `*` stands for one part of a module name."""
-    return re.compile(r"\.".join("[^.]+" if part == "*" else re.escape(part) for part in pattern.split(".")))
-
-
 def expand_plan(model: nn.Module, plan: dict[str, str], tp_size: int) -> dict[str, str]:
     """{module name: style} for every module the plan's patterns match, each pattern matching at
     least one module and each planned dimension divisible by tp_size (else a ConfigError)."""
     modules = dict(model.named_modules())
     expanded: dict[str, str] = {}
     for pattern, style in plan.items():
-        regex = pattern_regex(pattern)
-        matched = [name for name in modules if name and regex.fullmatch(name)]
+        matched = matches(pattern, list(modules))
         if not matched:
             raise ConfigError(
                 f"The tensor-parallel plan's pattern {pattern!r} matches no module of {type(model).__name__}. "
@@ -74,32 +53,16 @@ def _splittable(modules: dict[str, nn.Module]) -> list[str]:
 
 def check_divisible(name: str, module: nn.Module, style: str, tp_size: int) -> None:
     """The dimension a style splits must be a multiple of tp_size."""
-    dims = _split_dim(module, style)
+    dims = split_dim(module, style)
     if dims is None:
         return
-    what, size = dims
+    what, size, _ = dims
     if size % tp_size:
         raise ConfigError(
             f"Tensor-parallel style {style!r} on layer {name!r} ({type(module).__name__}) splits its {what}={size} "
             f"over tp_size={tp_size}, which does not divide it. Choose a tp_size that divides {size}, or "
             "leave this layer out of the plan."
         )
-
-
-def _split_dim(module: nn.Module, style: str) -> tuple[str, int] | None:
-    colwise = style.startswith(("colwise", "local_colwise"))
-    rowwise = style.startswith(("rowwise", "local_rowwise", "embedding_rowwise"))
-    if isinstance(module, nn.Linear):
-        if colwise:
-            return "out_features", module.out_features
-        if rowwise:
-            return "in_features", module.in_features
-    if isinstance(module, nn.Embedding):
-        if colwise:
-            return "embedding_dim", module.embedding_dim
-        if rowwise:
-            return "num_embeddings", module.num_embeddings
-    return None
 
 
 def _check_heads(model: nn.Module, expanded: dict[str, str], tp_size: int) -> None:
