@@ -45,8 +45,12 @@ class ModelParallelStrategy(FSDPStrategy):
 
     @property
     def mesh(self) -> Any:
-        """The mesh FSDP2 shards over: (dp_replicate, dp_shard_cp) for HSDP, else dp_shard_cp."""
-        return self.device_mesh[tuple(self.parallelism.fsdp_dim_names)]
+        """The mesh FSDP2 shards over: (dp_replicate, dp_shard_cp) for HSDP, else dp_shard_cp. Without
+        cp, dp_shard_cp is dp_shard itself: sliced by that name (torch deprecates slicing flattened dims)."""
+        names = list(self.parallelism.fsdp_dim_names)
+        if not self.parallelism.cp_enabled:
+            names = ["dp_shard" if n == "dp_shard_cp" else n for n in names]
+        return self.device_mesh[names[0] if len(names) == 1 else tuple(names)]
 
     @property
     def shards_data(self) -> bool:
