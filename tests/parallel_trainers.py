@@ -178,15 +178,18 @@ def compositions(cases: list) -> list:
     return [train_on_mesh(*args, **kwargs) for args, kwargs in cases]
 
 
-def save_and_resume(sizes: dict, batch: int, folder: str) -> dict:
+def save_and_resume(sizes: dict, batch: int, folder: str, sharded: bool = False) -> dict:
     """Train 2 steps, save_state, train 2 more; a fresh model and optimizer load_state and train the
     same 2: both must end equal. save_model's safetensors must hold the full weights."""
     from notebook_launcher import Accelerator, ParallelismConfig
-    from notebook_launcher.utils import TorchTensorParallelConfig
+    from notebook_launcher.utils import FullyShardedDataParallelPlugin, TorchTensorParallelConfig
 
     def setup():
         handler = TorchTensorParallelConfig(plan=PLAN) if sizes.get("tp_size", 1) > 1 else None
-        accelerator = Accelerator(parallelism_config=ParallelismConfig(**sizes, tp_handler=handler))
+        plugin = FullyShardedDataParallelPlugin(state_dict_type="SHARDED_STATE_DICT") if sharded else None
+        accelerator = Accelerator(
+            parallelism_config=ParallelismConfig(**sizes, tp_handler=handler), fsdp_plugin=plugin
+        )
         model = make_model()
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
         loader = DataLoader(make_data(), batch_size=batch)

@@ -5,6 +5,7 @@ One launch per world size runs several meshes one after another in the same proc
 """
 
 import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -66,7 +67,8 @@ def _llama_saved(folder) -> bool:
 @pytest.mark.slow
 def test_fsdp2_by_tp_hsdp_and_resume_on_four_processes():
     """FSDP2 x TP (with accumulation, no_sync and clipping), HSDP (2 replicas x 2 shards), FSDP2 x TP
-    through an FSDP plugin in bf16, and save_state/load_state + save_model on FSDP2 x TP."""
+    through an FSDP plugin in bf16, and save_state (sharded) / load_state, save_model and
+    merge-weights on FSDP2 x TP."""
     cases = [
         (({"dp_shard_size": 2, "tp_size": 2}, 2, 3), {"accumulate": 2, "clip": 0.05}),
         (({"dp_replicate_size": 2, "dp_shard_size": 2}, 2, 3), {}),
@@ -96,10 +98,16 @@ def test_fsdp2_by_tp_hsdp_and_resume_on_four_processes():
     plain = make_model()
     plain.load_state_dict(load_file(f"{folder}/model/model.safetensors"))
     assert max_diff({k: v.detach() for k, v in plain.state_dict().items()}, reference(4, 4)) < ATOL
+    # the sharded (torch.distributed.checkpoint) save_state folder merges into the full weights
+    from notebook_launcher.cli.merge_weights import merge_weights
+
+    merged = merge_weights(Path(folder) / "ckpt", Path(folder) / "merged")
+    got = load_file(str(merged))
+    assert max_diff(got, reference(4, 2)) < ATOL
 
 
 def _four(cases, resume_sizes, folder):
-    return compositions(cases), save_and_resume(resume_sizes, 2, folder)
+    return compositions(cases), save_and_resume(resume_sizes, 2, folder, sharded=True)
 
 
 def test_a_launch_with_sizes_not_matching_its_processes_starts_nothing():
