@@ -7,10 +7,10 @@ from parallel_trainers import PLAN, make_model
 from torch import nn
 
 from notebook_launcher import LaunchConfig, ParallelismConfig
-from notebook_launcher.config.parallelism import from_section, to_env, to_section
+from notebook_launcher.config.parallelism import from_section, mesh_coordinates, to_env, to_section
 from notebook_launcher.config.tp_plan import model_plan
 from notebook_launcher.errors import ConfigError
-from notebook_launcher.runtime.parallel.mesh import data_leaders, data_rank_and_size, grid
+from notebook_launcher.runtime.parallel.mesh import data_leaders, data_rank_and_size
 from notebook_launcher.runtime.parallel.tensor_parallel import expand_plan
 from notebook_launcher.utils import TorchTensorParallelConfig
 
@@ -82,7 +82,7 @@ def test_data_ranks_and_the_grid():
     pc = ParallelismConfig(dp_shard_size=2, tp_size=2)
     assert [data_rank_and_size(pc, r, 4) for r in range(4)] == [(0, 2), (0, 2), (1, 2), (1, 2)]
     assert data_leaders(pc, 4) == [0, 2]
-    assert grid(pc, 4)[3] == {"rank": 3, "dp_replicate": 0, "dp_shard": 1, "cp": 0, "tp": 1}
+    assert mesh_coordinates(pc, 4)[3] == {"rank": 3, "dp_replicate": 0, "dp_shard": 1, "cp": 0, "tp": 1}
 
 
 def test_plans_are_checked_against_the_model():

@@ -229,6 +229,19 @@ def _env_int(name: str) -> int:
         ) from None
 
 
+def mesh_coordinates(config: ParallelismConfig, world_size: int) -> list[dict[str, int]]:
+    """Every rank's coordinates on the mesh (for pictures of it): {"rank", "dp_replicate", ...}."""
+    sizes = [("dp_replicate", config.dp_replicate_size), ("dp_shard", config.dp_shard_size)]
+    sizes += [("cp", config.cp_size), ("tp", config.tp_size)]
+    rows = []
+    for rank in range(world_size):
+        coords, rest = {"rank": rank}, rank
+        for name, size in reversed(sizes):
+            coords[name], rest = rest % size, rest // size
+        rows.append(coords)
+    return rows
+
+
 # ------------------------------------------------------------------ the YAML section
 _KEY = "parallelism_config_"
 SECTION_KEYS = (

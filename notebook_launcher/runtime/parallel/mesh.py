@@ -105,16 +105,3 @@ def data_leaders(config: ParallelismConfig | None, world_size: int) -> list[int]
     if config is None:
         return list(range(world_size))
     return list(range(0, world_size, config.non_data_parallel_size))
-
-
-def grid(config: ParallelismConfig, world_size: int) -> list[dict[str, int]]:
-    """Every rank's coordinates on the mesh (for pictures of it): {"rank", "dp_replicate", ...}."""
-    sizes = [("dp_replicate", config.dp_replicate_size), ("dp_shard", config.dp_shard_size)]
-    sizes += [("cp", config.cp_size), ("tp", config.tp_size)]
-    rows = []
-    for rank in range(world_size):
-        coords, rest = {"rank": rank}, rank
-        for name, size in reversed(sizes):
-            coords[name], rest = rest % size, rest // size
-        rows.append(coords)
-    return rows
