@@ -112,6 +112,10 @@ def train_on_mesh(
     if sizes.get("tp_size", 1) > 1:
         if route == "plan":
             handler = TorchTensorParallelConfig(plan=PLAN)
+        elif route == "replicate":  # the norms and the head whole on every tp rank, as Replicate DTensors
+            handler = TorchTensorParallelConfig(
+                plan={**PLAN, "layers.*.norm": "replicate", "head": "replicate"}
+            )
         else:
             handler = TorchTensorParallelConfig(parallelize_fn=_parallelize_by_hand)
     pc = ParallelismConfig(**sizes, tp_handler=handler)
