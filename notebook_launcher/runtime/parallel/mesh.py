@@ -8,13 +8,16 @@ so tensor-parallel partners are neighbours (one machine), as torchtitan places t
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from ...config.parallelism import ParallelismConfig, from_section, section_is_set
 from ...errors import ConfigError
 
 
-def resolve_config(given: Any, section: dict | None, world_size: int) -> ParallelismConfig | None:
+def resolve_config(
+    given: Any, section: dict | None, world_size: Callable[[], int]
+) -> ParallelismConfig | None:
     """The run's ParallelismConfig: the argument, else the launch config's section, else
     ACCELERATE_USE_PARALLELISM_CONFIG (what `accelerate launch` exports); checked against the
     world size here, before any process group exists."""
@@ -25,9 +28,10 @@ def resolve_config(given: Any, section: dict | None, world_size: int) -> Paralle
         config = ParallelismConfig()
     if config is None:
         return None
-    if config.total_size == 1 and world_size > 1:
-        config.dp_replicate_size = world_size  # Accelerate's meaning: plain data parallel (DDP)
-    config.check_world_size(world_size)
+    world = world_size()  # asked only when there is a mesh to check
+    if config.total_size == 1 and world > 1:
+        config.dp_replicate_size = world  # Accelerate's meaning: plain data parallel (DDP)
+    config.check_world_size(world)
     return config
 
 

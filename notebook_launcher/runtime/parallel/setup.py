@@ -23,7 +23,7 @@ def world_size_now() -> int:
 def plan_parallelism(given: Any, config: LaunchConfig) -> tuple[ParallelismConfig | None, LaunchConfig]:
     """The ParallelismConfig of this run (or None) and the launch config it implies: dp_shard > 1 is
     FSDP2 whether or not an FSDP plugin was given (Accelerate wants fsdp_version=2 set; here both work)."""
-    parallelism = resolve_config(given, config.parallelism_config, world_size_now())
+    parallelism = resolve_config(given, config.parallelism_config, world_size_now)
     if parallelism is None:
         return None, config
     if config.use_cpu:
