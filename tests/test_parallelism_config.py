@@ -139,3 +139,13 @@ def test_estimate_memory_splits_the_planned_layers():
     assert ddp.parameters == 4 * sum(p.numel() for p in make_model().parameters())
     both = estimate_memory(Net, 4, strategies=["DDP"], optimizer="sgd", tp_size=2, dp_shard_size=2).rows[1]
     assert both.strategy == "TP=2 x FSDP=2" and both.processes == 4 and both.parameters < tp.parameters
+
+
+def test_accelerates_own_parallelism_config_is_taken_by_its_fields():
+    accelerate = pytest.importorskip("accelerate")
+    from notebook_launcher.runtime.parallel.mesh import resolve_config
+
+    ours = resolve_config(accelerate.ParallelismConfig(dp_shard_size=2, tp_size=2), None, lambda: 4)
+    assert ours.mesh_layout() == (("dp_shard", "tp"), (2, 2)) and ours.tp_handler is not None
+    assert resolve_config(None, None, lambda: 4) is None
+    assert resolve_config(ParallelismConfig(), None, lambda: 4).dp_replicate_size == 4  # Accelerate: DDP
