@@ -9,7 +9,8 @@ backend allows; NCCL refuses two ranks on one GPU, and that refusal is reported 
 1. DDP over nccl (fp32)
 2. FSDP FULL_SHARD, mixed_precision="bf16" (FSDP's MixedPrecisionPolicy)
 3. DeepSpeed ZeRO-2, bf16
-4. fp8 (torchao float8 training) on a transformer block vs bf16: which layers were converted,
+4. a ParallelismConfig mesh, tensor parallel over 2 ranks (the MLPs split), bf16 (issue 27)
+5. fp8 (torchao float8 training) on a transformer block vs bf16: which layers were converted,
    the loss after N steps, steps/s; on a GPU below compute capability 8.9 the HardwareError text.
 
 Every section prints its figures (final loss, steps/s, peak CUDA memory) or its error, then the
@@ -39,7 +40,9 @@ def build_model(width: int, heads: int, layers: int, **_: int) -> nn.Module:
         nn.TransformerEncoderLayer(width, heads, 4 * width, dropout=0.0, batch_first=True)
         for _ in range(layers)
     ]
-    return nn.Sequential(nn.Linear(width, width), *blocks, nn.Linear(width, width))
+    model = nn.Sequential(nn.Linear(width, width), *blocks, nn.Linear(width, width))
+    model._tp_plan = {"*.linear1": "colwise", "*.linear2": "rowwise"}  # the mesh section's split (MLPs)
+    return model
 
 
 def _sync(device: torch.device) -> None:
@@ -105,6 +108,10 @@ SECTIONS = [
     (
         "DeepSpeed ZeRO-2 bf16",
         {"distributed_type": "DEEPSPEED", "mixed_precision": "bf16", "deepspeed_config": {"zero_stage": 2}},
+    ),
+    (  # tensor parallel over nccl needs one GPU per rank: with one GPU, NCCL's refusal is the figure
+        "mesh TP=2 bf16",
+        {"mixed_precision": "bf16", "parallelism_config": {"parallelism_config_tp_size": 2}},
     ),
     ("bf16 (fp8 baseline)", {"mixed_precision": "bf16"}),
     ("fp8 (torchao)", {"mixed_precision": "fp8"}),

@@ -70,6 +70,10 @@ _LAZY = {
     ),
     "should_reduce_batch_size": "notebook_launcher.runtime.memory",
     "LoggerType": "notebook_launcher.config.enums",
+    **dict.fromkeys(
+        ("ParallelismConfig", "TorchTensorParallelConfig", "TorchContextParallelConfig"),
+        "notebook_launcher.config.parallelism",
+    ),
 }
 
 _BIG_MODEL = (
@@ -78,9 +82,6 @@ _BIG_MODEL = (
 _UNSUPPORTED = {
     "MegatronLMPlugin": "Megatron-LM is not supported; use FullyShardedDataParallelPlugin or DeepSpeedPlugin",
     "TorchTensorParallelPlugin": "tensor parallelism is not supported; use FullyShardedDataParallelPlugin",
-    "TorchContextParallelConfig": "context parallelism is not supported; use FullyShardedDataParallelPlugin",
-    "TorchTensorParallelConfig": "tensor parallelism is not supported; use FullyShardedDataParallelPlugin",
-    "ParallelismConfig": "ParallelismConfig (TP/CP/PP) is not supported; use FullyShardedDataParallelPlugin",
     "DDPCommunicationHookType": "DDP communication hooks are not supported; gradients are all-reduced in full precision",
     "AORecipeKwargs": "fp8 runs through torchao with its default recipe (mixed_precision='fp8')",
     "TERecipeKwargs": "Transformer Engine fp8 is not supported; mixed_precision='fp8' uses torchao",

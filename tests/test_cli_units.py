@@ -14,6 +14,7 @@ from notebook_launcher.cli.flags import FLAGS, launch_parser
 from notebook_launcher.cli.resolve import flag_overrides
 from notebook_launcher.cli.torchrun import build_plan, describe_failures, root_cause
 from notebook_launcher.config import LaunchConfig
+from notebook_launcher.config.parallelism import SECTION_KEYS
 
 
 def test_every_flag_lands_on_a_real_config_field():
@@ -22,6 +23,7 @@ def test_every_flag_lands_on_a_real_config_field():
         "fsdp_config": {f.name for f in dataclasses.fields(LaunchConfig().fsdp_config)},
         "deepspeed_config": {f.name for f in dataclasses.fields(LaunchConfig().deepspeed_config)},
         "dynamo_config": {f.name for f in dataclasses.fields(LaunchConfig().dynamo_config)},
+        "parallelism_config": set(SECTION_KEYS),  # Accelerate's YAML keys (a plain mapping)
     }
     for flag in FLAGS:
         if flag.key is None:

@@ -65,6 +65,14 @@ def estimate_parser(prog: str) -> Parser:
         help=f"one or several of: {', '.join(PRECISIONS)}",
     )
     parser.add_argument("--optimizer", default="adamw", help=f"one of: {', '.join(OPTIMIZER_STATES)}")
+    parser.add_argument(
+        "--tp_size", "--tp-size", type=count(1), default=1, metavar="N",
+        help="also a row for tensor parallel over N ranks (the model's own _tp_plan says which layers)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--dp_shard_size", "--dp-shard-size", type=count(1), default=1, metavar="N",
+        help="with --tp_size: FSDP2 over N ranks on top of the split layers (processes = tp x dp_shard)",
+    )  # fmt: skip
     parser.add_argument("--offload", default="no", help="no, yes, or both (rows without and with)")
     return parser
 
@@ -89,6 +97,8 @@ def estimate_command(argv: list[str], prog: str) -> int:
         optimizer=args.optimizer,
         offload=OFFLOAD[args.offload],
         num_machines=args.num_machines,
+        tp_size=args.tp_size,
+        dp_shard_size=args.dp_shard_size,
     )
     print(table)
     return 0

@@ -192,12 +192,18 @@ class Flag:
 _HW = "Hardware and processes"
 _FSDP = "FSDP (fully sharded data parallel)"
 _DS = "DeepSpeed"
+_MESH = "Parallelism config (device mesh)"
 _TRAIN = "Training"
 _OTHER = "Other"
 
 
 def _fsdp(name: str, help: str, convert: Callable[[str], Any] = boolean) -> Flag:
     return Flag(name, help, f"fsdp_config.{name}", convert, group=_FSDP)
+
+
+def _mesh(name: str, help: str) -> Flag:
+    key = f"parallelism_config_{name}"
+    return Flag(key, help, f"parallelism_config.{key}", count(1), group=_MESH)
 
 
 def _ds(name: str, help: str, convert: Callable[[str], Any] = boolean) -> Flag:
@@ -238,6 +244,14 @@ FLAGS: tuple[Flag, ...] = (
     _fsdp("fsdp_use_orig_params", "Keep the original parameters (FSDP1)."),
     _fsdp("fsdp_cpu_ram_efficient_loading", "Load weights on rank 0 only."),
     _fsdp("fsdp_sync_module_states", "Broadcast rank 0's weights at the start."),
+    Flag("use_parallelism_config", "Train on a ParallelismConfig mesh (the sizes alone are enough).",
+         switch=True, group=_MESH),
+    _mesh("dp_replicate_size", "Data-parallel replicas (HSDP with dp_shard_size)."),
+    _mesh("dp_shard_size", "Ranks FSDP2 shards the model over."),
+    _mesh("tp_size", "Ranks each layer is split over (tensor parallel)."),
+    _mesh("cp_size", "Ranks each sequence is split over (context parallel: CUDA with SDPA only)."),
+    Flag("parallelism_config_cp_backend", "Context-parallel backend.", "parallelism_config.parallelism_config_cp_backend",
+         choice(("torch",)), group=_MESH),
     Flag("use_deepspeed", "Train with DeepSpeed (distributed_type DEEPSPEED).", switch=True, group=_DS),
     Flag("deepspeed", "A DeepSpeed JSON config file (implies --use_deepspeed).",
          "deepspeed_config.deepspeed_config_file", metavar="FILE", group=_DS,

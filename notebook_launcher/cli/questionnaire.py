@@ -101,11 +101,16 @@ def ask_config(asker: Asker, hardware: Any) -> LaunchConfig:
         "How many processes in total, over all machines?", _multiple_of(machines), machines * per_machine
     )
     strategy = asker.ask(
-        "Which strategy: ddp (replicate the model), fsdp or deepspeed (shard it)?",
-        choice(("ddp", "fsdp", "deepspeed")),
+        "Which strategy: ddp (replicate the model), fsdp or deepspeed (shard it), mesh (split layers: "
+        "tensor parallel x FSDP2)?",
+        choice(("ddp", "fsdp", "deepspeed", "mesh")),
         "ddp",
     )
-    if strategy == "fsdp":
+    if strategy == "mesh":
+        data["parallelism_config"] = _ask_mesh(asker, data["num_processes"])
+        shards = data["parallelism_config"]["parallelism_config_dp_shard_size"] > 1
+        data["distributed_type"] = "FSDP" if shards else ("MULTI_GPU" if on_gpu else "MULTI_CPU")
+    elif strategy == "fsdp":
         data["distributed_type"] = "FSDP"
         data["fsdp_config"] = _ask_fsdp(asker)
     elif strategy == "deepspeed":
@@ -157,6 +162,28 @@ def _ask_fsdp(asker: Asker) -> dict[str, Any]:
         "Use activation checkpointing? (yes/no)", boolean, False
     )
     return fsdp
+
+
+def _ask_mesh(asker: Asker, processes: int) -> dict[str, Any]:
+    """The ParallelismConfig sizes, asked until their product is the number of processes."""
+    while True:
+        tp = asker.ask("Tensor-parallel size (ranks each layer is split over)?", count(1), min(2, processes))
+        replicate = asker.ask("Data-parallel replicas (dp_replicate_size; HSDP with shards)?", count(1), 1)
+        shard = asker.ask(
+            "FSDP2 shards (dp_shard_size)?", count(1), max(processes // max(tp * replicate, 1), 1)
+        )
+        if tp * replicate * shard == processes:
+            prefix = "parallelism_config_"
+            return {
+                f"{prefix}dp_replicate_size": replicate,
+                f"{prefix}dp_shard_size": shard,
+                f"{prefix}tp_size": tp,
+                f"{prefix}cp_size": 1,
+            }
+        asker.stdout.write(
+            f"  tp_size={tp} x dp_replicate_size={replicate} x dp_shard_size={shard} = {tp * replicate * shard}, "
+            f"but there are {processes} processes; the product must equal it. Please answer again.\n"
+        )
 
 
 def _ask_deepspeed(asker: Asker) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .launch_config import LaunchConfig
+from .parallelism import to_env as parallelism_env
 
 USE_FSDP = "ACCELERATE_USE_FSDP"
 USE_DEEPSPEED = "ACCELERATE_USE_DEEPSPEED"
@@ -141,4 +142,7 @@ def accelerate_env(config: LaunchConfig, *, cpu_world: bool) -> dict[str, str]:
         env.update({var: _text(value) for var, value in values.items() if value is not None})
         if deepspeed.gradient_accumulation_steps is not None:
             env[ACCUMULATION] = str(deepspeed.gradient_accumulation_steps)
+    env.update(
+        parallelism_env(config.parallelism_config)
+    )  # ACCELERATE_USE_PARALLELISM_CONFIG, PARALLELISM_CONFIG_*
     return env

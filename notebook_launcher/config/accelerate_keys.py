@@ -47,7 +47,6 @@ _ACCEPTED: dict[str, tuple[Callable[[Any], bool], str]] = {
         _falsy,
         "fp8 runs through torchao with its default recipe (mixed_precision: fp8); the recipe keys are not read",
     ),
-    "parallelism_config": (_falsy, "tensor/context/pipeline parallelism is not supported; use FSDP"),
     "megatron_lm_config": (_falsy, "Megatron-LM is not supported; use FSDP or DeepSpeed"),
     "mpirun_config": (_falsy, "mpirun launching is not supported; processes start through torchrun"),
     "ipex_config": (_falsy, "Intel Extension for PyTorch is not applied"),

@@ -16,6 +16,7 @@ from ..errors import ConfigError, bad_value, closest
 from .accelerate_keys import ACCELERATE_ONLY_KEYS, check_accelerate_key
 from .cluster import ClusterConfig
 from .enums import DistributedType, PrecisionType
+from .parallelism import check_section, from_section
 from .sections import DeepSpeedConfig, DynamoConfig, FSDPConfig, check_strategy_sections
 
 DISTRIBUTED_TYPES = tuple(t.value for t in DistributedType)
@@ -47,6 +48,7 @@ class LaunchConfig:
     deepspeed_config: DeepSpeedConfig = field(default_factory=DeepSpeedConfig)
     dynamo_config: DynamoConfig = field(default_factory=DynamoConfig)
     cluster_config: ClusterConfig = field(default_factory=ClusterConfig)
+    parallelism_config: dict = field(default_factory=dict)  # Accelerate's section and keys
 
     def __post_init__(self) -> None:
         for name, cls in _SECTIONS.items():
@@ -117,6 +119,9 @@ class LaunchConfig:
             _coerce_types(getattr(self, name), f"{name}.")
             getattr(self, name).validate()
         check_strategy_sections(self.distributed_type, self.deepspeed_config, self.num_machines)
+        self.parallelism_config = check_section(self.parallelism_config)
+        if self.parallelism_config and self.num_processes is not None:
+            from_section(self.parallelism_config).check_world_size(self.num_processes)
         return self
 
     # ------------------------------------------------------------ conversions
@@ -150,7 +155,7 @@ class LaunchConfig:
         for key, value in overrides.items():
             if value is None:
                 continue
-            if key in _SECTIONS and isinstance(value, dict):
+            if (key in _SECTIONS or key == "parallelism_config") and isinstance(value, dict):
                 data[key] = {**data[key], **value}
             else:
                 data[key] = value

@@ -145,6 +145,9 @@ def estimate_memory(
     optimizer: str = "adamw",
     offload: bool | str = False,
     num_machines: int = 1,
+    tp_size: int = 1,
+    dp_shard_size: int = 1,
+    tp_plan: dict[str, str] | None = None,
 ) -> MemoryEstimate:
     """Bytes per rank for parameters, gradients and optimizer state, as a table.
 
@@ -153,13 +156,16 @@ def estimate_memory(
     num_processes: the total number of processes (one or several counts); num_machines splits
     them for HYBRID_SHARD. optimizer: "adamw", "adam", "sgd-momentum" or "sgd".
     offload: False, True, or "both" (rows without and with). strategies: a subset of STRATEGIES.
+    tp_size > 1 (with dp_shard_size): one more row per precision for that mesh (its own process count),
+    the model's own plan (`_tp_plan`) or tp_plan= saying which layers are split.
     """
     counts = [num_processes] if isinstance(num_processes, int) else list(num_processes)
     precisions = [mixed_precision] if isinstance(mixed_precision, str) else list(mixed_precision)
     chosen = list(strategies) if strategies is not None else list(STRATEGIES)
     offloads = {False: [False], True: [True], "both": [False, True]}.get(offload)  # type: ignore[call-overload]
     _check(counts, precisions, chosen, optimizer, offloads, offload, num_machines)
-    params = parameters_of(build_on_meta(model))
+    built = build_on_meta(model)
+    params = parameters_of(built)
     rows = [
         per_rank(params, strategy, n, precision, optimizer, off, num_machines)
         for strategy in chosen
@@ -168,6 +174,12 @@ def estimate_memory(
         for n in counts
         if not (off and strategy == "DDP")  # DDP has nothing to offload
     ]
+    if tp_size > 1 or dp_shard_size > 1:
+        from .mesh_estimate import mesh_bytes, mesh_name
+
+        held, grads, opt = mesh_bytes(built, tp_plan, tp_size, dp_shard_size, OPTIMIZER_STATES[optimizer])
+        name, n = mesh_name(tp_size, dp_shard_size), tp_size * dp_shard_size
+        rows += [EstimateRow(name, False, p, n, held, grads, opt, 0) for p in precisions]
     return MemoryEstimate(rows, sum(p.numel for p in params), optimizer)
 
 

@@ -25,6 +25,7 @@ from ..system.hardware import HardwareInfo, detect
 from .choices import ChoiceButtons
 from .fields import Field, key_of_error, parse_optional_int, text_value
 from .panel_checks import check_combinations, field_of, summary_html, unsupported_precisions
+from .panel_mesh import MeshSection
 from .panel_sections import DeepSpeedSection, FSDPSection, MachinesSection, hardware_html
 from .panel_where import WhereSection
 from .run_view import RunView
@@ -92,6 +93,7 @@ class ConfigPanel(widgets.VBox):
         self.deepspeed = DeepSpeedSection()
         self.machines = MachinesSection()
         self.where = WhereSection()
+        self.mesh = MeshSection()
         self.main_fields = [
             self.strategy,
             self.precision,
@@ -109,6 +111,7 @@ class ConfigPanel(widgets.VBox):
             + self.deepspeed.fields
             + self.machines.fields
             + self.where.fields
+            + self.mesh.fields
         }
 
         self.summary = widgets.HTML()
@@ -141,6 +144,7 @@ class ConfigPanel(widgets.VBox):
                 *[f.box for f in self.main_fields],
                 self.fsdp.box,
                 self.deepspeed.box,
+                self.mesh.box,
                 self.where.box,
                 self.machines.box,
                 self.summary,
@@ -194,6 +198,7 @@ class ConfigPanel(widgets.VBox):
             self.deepspeed.load(config)
             self.machines.load(config)
             self.where.load(config)
+            self.mesh.load(config)
         finally:
             self._loading = False
         self._load_warnings = dict(load_warnings)
@@ -230,6 +235,7 @@ class ConfigPanel(widgets.VBox):
             ("fsdp_config", self.fsdp.read),
             ("deepspeed_config", self.deepspeed.read),
             ("cluster_config", self.where.read),
+            ("parallelism_config", lambda: self.mesh.read(self.processes.widget.value)),
         )
         for name, read in sections:
             try:

@@ -25,6 +25,7 @@ from .ansi_html import ansi_to_html
 from .chart import svg_chart
 from .hang_view import HangBox
 from .kernel_pump import CommPump
+from .panel_mesh import mesh_grid_html
 from .run_state import RunState
 from .steps_view import steps_html
 
@@ -57,6 +58,7 @@ class RunView(widgets.VBox):
         )
         self.stop_button.on_click(lambda _button: self.request_stop())
         self.hang_box = HangBox()  # Stacks button and the latest hang report
+        self.mesh_grid = widgets.HTML("", layout=widgets.Layout(display="none"))  # a ParallelismConfig run
         self.memory_line = widgets.HTML("", layout=widgets.Layout(display="none"))
         self.memory_line.add_class("nl-memory")
         self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="320px"))
@@ -90,6 +92,7 @@ class RunView(widgets.VBox):
                     [self.heading, self.status, self.hang_box.button, self.stop_button],
                     layout=widgets.Layout(width="100%"),
                 ),
+                self.mesh_grid,
                 self.memory_line,
                 self.progress_row,
                 self.hang_box.pane,
@@ -104,6 +107,7 @@ class RunView(widgets.VBox):
         """Observer: buffer one launch event; draw when due (always at the start and the end)."""
         if isinstance(event, RunStarted):
             self.hang_box.connect(event.ask_report)
+            self.show_mesh(getattr(event.config, "parallelism_config", None) or {}, event.world_size)
         elif isinstance(event, HangReported):
             self.hang_box.show(event.report)
         elif isinstance(event, RunFinished):
@@ -113,6 +117,11 @@ class RunView(widgets.VBox):
             due = time.monotonic() - self._last_draw >= self.refresh_interval
             if due or isinstance(event, (RunStarted, RunFinished)):
                 self.refresh()
+
+    def show_mesh(self, section: dict[str, Any], world_size: int) -> None:
+        """Draw the run's mesh as a grid of ranks (nothing for a run without one)."""
+        self.mesh_grid.value = mesh_grid_html(section, world_size)
+        self.mesh_grid.layout.display = "" if self.mesh_grid.value else "none"
 
     def poll(self) -> bool:
         """Poll hook: draw if due, handle widget clicks (main thread), True when Stop was pressed."""

@@ -20,6 +20,10 @@ from ...errors import AcceleratorError
 from .. import ops
 from ..compile import compile_model
 from ..data import DataLoaderShard, GradientState
+from ..parallel.api import ParallelismAPI
+from ..parallel.mesh import data_rank_and_size
+from ..parallel.metrics import gather_by_data_rank
+from ..parallel.setup import mesh_and_strategy, plan_parallelism
 from ..precision.mixed import Precision
 from ..strategies import strategy_class
 from ..world import preemption, step_clock
@@ -40,7 +44,7 @@ from .tracking_api import TrackingAPI
 from .views import SettingsView
 
 
-class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, ShardingAPI):
+class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, ShardingAPI, ParallelismAPI):
     """Prepare model/optimizer/data for the launch's strategy and precision; Accelerate 1.x's API.
 
     Arguments are Accelerate's (dataloader_config, project_config, gradient_accumulation_plugin,
@@ -93,10 +97,9 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, 
             unsupported=dict(
                 torch_tp_plugin=torch_tp_plugin,
                 megatron_lm_plugin=megatron_lm_plugin,
-                parallelism_config=parallelism_config,
             ),
         )
-        self.config = settings.config
+        self._parallelism, self.config = plan_parallelism(parallelism_config, settings.config)
         self.handlers = settings.handlers
         self.dataloader_config = settings.dataloader_config
         self.project_configuration = settings.project_configuration
@@ -122,12 +125,15 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, 
             autocast_kwargs=autocast.to_kwargs() if autocast else None,
         )
         ddp = self.handlers.get(DistributedDataParallelKwargs)
-        self.strategy = strategy_class(self._distributed_type.value)(
+        self._device_mesh, mesh_strategy = mesh_and_strategy(self._parallelism, process)
+        extra = {"parallelism": self._parallelism, "device_mesh": self._device_mesh} if mesh_strategy else {}
+        self.strategy = strategy_class(mesh_strategy or self._distributed_type.value)(
             process,
             self.config,
             self.precision,
             ddp_kwargs=ddp.to_kwargs() if ddp else None,
             gradient_state=self.gradient_state,
+            **extra,
         )
         self._models: list[nn.Module] = []
         self._optimizers: list[AcceleratedOptimizer] = []
@@ -233,10 +239,11 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, 
         if seed is None:
             seed = self.config.seed if self.config.seed is not None else torch.initial_seed() % 2**31
         seed = ops.broadcast_object_list([seed])[0]
+        data_rank, data_world = data_rank_and_size(self._parallelism, self.process_index, self.num_processes)
         loader = DataLoaderShard(
             data_loader,
-            rank=self.process_index,
-            world_size=self.num_processes,
+            rank=data_rank,  # ranks that differ only in tp/cp read the same batches
+            world_size=data_world,
             device=self.device if placement else None,
             gradient_state=self.gradient_state,
             split_batches=self.split_batches,
@@ -319,7 +326,7 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, 
         gather_object and the list of objects is cut to the real samples.
         """
         use_gather_object = use_gather_object or not _all_tensors(input_data)
-        data = ops.gather_object(input_data) if use_gather_object else ops.gather(input_data)
+        data = gather_by_data_rank(input_data, use_gather_object, self._parallelism, self.num_processes)
         state = self.gradient_state
         if not state.end_of_dataloader or state.remainder <= 0:
             return data

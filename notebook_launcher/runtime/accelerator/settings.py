@@ -45,7 +45,6 @@ REMOVED_ARGUMENTS = {
 _UNSUPPORTED = {
     "torch_tp_plugin": "tensor parallelism is not supported; shard the model with fsdp_plugin instead",
     "megatron_lm_plugin": "Megatron-LM is not supported; use fsdp_plugin or deepspeed_plugin",
-    "parallelism_config": "ParallelismConfig (TP/CP/PP) is not supported; use fsdp_plugin or deepspeed_plugin",
 }
 
 _NOT_GIVEN: Any = (

@@ -16,6 +16,8 @@ _REGISTRY = {
     "MULTI_GPU": "notebook_launcher.runtime.strategies.ddp:DDPStrategy",
     "FSDP": "notebook_launcher.runtime.strategies.fsdp:FSDPStrategy",
     "DEEPSPEED": "notebook_launcher.runtime.strategies.deepspeed:DeepSpeedStrategy",
+    # not a distributed_type: a ParallelismConfig's mesh (TP and/or FSDP2/HSDP), chosen by parallel/setup.py
+    "PARALLELISM": "notebook_launcher.runtime.parallel.strategy:ModelParallelStrategy",
 }
 
 
