@@ -1,5 +1,6 @@
 """The Accelerator's run-control helpers (Accelerate's names): a trigger any process can set to stop
-all of them, join for uneven inputs, the profiler, and skipping batches on resume."""
+all of them, join for uneven inputs, a gradient sync forced in backward, the profiler, and skipping
+batches on resume."""
 
 from __future__ import annotations
 
@@ -66,6 +67,24 @@ class ControlAPI:
             for loader, value in previous:
                 loader.even_batches = value
                 loader._plan_cache = None
+
+    @contextlib.contextmanager
+    def trigger_sync_in_backward(self, model: torch.nn.Module) -> Iterator[None]:
+        """The next backward all-reduces gradients even though the forward ran under no_sync()
+        (several forwards under no_sync, then their backwards: sync only at the last). A no-op for
+        a model that is not DistributedDataParallel, as in Accelerate."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        if not isinstance(model, DistributedDataParallel):
+            yield
+            return
+        previous = model.require_backward_grad_sync, model.require_forward_param_sync
+        model.require_backward_grad_sync = model.require_forward_param_sync = True
+        model.reducer.prepare_for_backward([])  # what a synced forward would have done
+        try:
+            yield
+        finally:
+            model.require_backward_grad_sync, model.require_forward_param_sync = previous
 
     # ------------------------------------------------------------- profiling
     @contextlib.contextmanager
