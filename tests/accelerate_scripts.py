@@ -215,6 +215,31 @@ def load_script(accelerate_root: Path, script: str) -> types.ModuleType:
     return module
 
 
+def torchrun_command(library: str, scripts: list[str], processes: int = 2) -> list[str]:
+    """The launch of this harness: `library` is "ours" or "accelerate"; run it with cwd a scratch folder."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        str(processes),
+        str(Path(__file__).resolve()),
+        library,
+        *scripts,
+    ]
+
+
+def parse_report(stdout: str) -> dict[str, dict[int, tuple[str, str]]]:
+    """{sub-test: {rank: (PASS|FAIL, message)}} from the lines of a run."""
+    found: dict[str, dict[int, tuple[str, str]]] = {}
+    for line in stdout.splitlines():
+        if line.startswith(f"{MARK}\t"):
+            _, rank, name, status, message = ([*line.split("\t"), ""])[:5]
+            found.setdefault(name, {})[int(rank)] = (status, message)
+    return found
+
+
 def main(argv: list[str]) -> None:
     library, scripts = argv[0], argv[1:]
     if library not in ("ours", "accelerate") or not scripts:

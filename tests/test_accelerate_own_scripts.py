@@ -16,11 +16,10 @@ gpu_check.py runs it on 2 GPUs.
 from __future__ import annotations
 
 import subprocess
-import sys
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from accelerate_scripts import parse_report, torchrun_command
 from test_cli_helpers import cli_env, explain, finish
 
 HERE = Path(__file__).resolve().parent
@@ -64,9 +63,8 @@ def run_scripts(library: str, tmp_path: Path) -> tuple[dict[str, dict[int, tuple
         OMP_NUM_THREADS="1",
         HF_HOME=str(tmp_path / "hf_home"),
     )
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     proc = subprocess.Popen(
-        [*command, str(HERE / "accelerate_scripts.py"), library, *SCRIPTS],
+        torchrun_command(library, list(SCRIPTS)),
         cwd=tmp_path,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -76,11 +74,7 @@ def run_scripts(library: str, tmp_path: Path) -> tuple[dict[str, dict[int, tuple
         start_new_session=True,
     )
     result = finish(proc, timeout=240)
-    found: dict[str, dict[int, tuple[str, str]]] = defaultdict(dict)
-    for line in result.stdout.splitlines():
-        if line.startswith("SUBTEST\t"):
-            _, rank, name, status, message = (line.split("\t") + [""])[:5]
-            found[name][int(rank)] = (status, message)
+    found = parse_report(result.stdout)
     assert result.returncode == 0 or found, explain(result)
     return found, explain(result)
 
