@@ -3,6 +3,7 @@ HuggingFace Accelerate or with its `accelerate` imports answered by notebook_lau
 each sub-test its `main()` runs as one line per rank:
 
     python -m torch.distributed.run --nproc_per_node 2 tests/accelerate_scripts.py ours test_ops
+        [--skip=test_distributed_data_loop::test_stateful_dataloader ...]
 
 The script's file is executed as it is installed; its `main()` decides which sub-tests run on this
 world (as under `accelerate launch`). Each function `main()` calls by name from the script is wrapped
@@ -171,8 +172,9 @@ def reset_states() -> None:
     GradientState._reset_state()
 
 
-def wrap_subtests(module: types.ModuleType) -> None:
-    """Each function of the script that its main() calls by name runs as one reported sub-test."""
+def wrap_subtests(module: types.ModuleType, skip: frozenset[str] = frozenset()) -> None:
+    """Each function of the script that its main() calls by name runs as one reported sub-test; those
+    named in `skip` (script::function) are reported SKIP and not called."""
     called = set(module.main.__code__.co_names)
     script = module.__name__.removeprefix("accelerate_script_")
     seen: dict[str, int] = {}
@@ -193,6 +195,9 @@ def wrap_subtests(module: types.ModuleType) -> None:
             seen[name] = seen.get(name, 0) + 1
             if seen[name] > 1:
                 name = f"{name}#{seen[name]}"
+            if f"{script}::{__fn.__name__}" in skip:
+                _report(name, "SKIP", "cannot run in this world (see the harness's caller)")
+                return None
             try:
                 result = __fn(*args, **kwargs)
             except Exception as error:  # a failing sub-test is reported; the next one still runs
@@ -215,7 +220,9 @@ def load_script(accelerate_root: Path, script: str) -> types.ModuleType:
     return module
 
 
-def torchrun_command(library: str, scripts: list[str], processes: int = 2) -> list[str]:
+def torchrun_command(
+    library: str, scripts: list[str], processes: int = 2, skip: tuple[str, ...] = ()
+) -> list[str]:
     """The launch of this harness: `library` is "ours" or "accelerate"; run it with cwd a scratch folder."""
     return [
         sys.executable,
@@ -227,6 +234,7 @@ def torchrun_command(library: str, scripts: list[str], processes: int = 2) -> li
         str(Path(__file__).resolve()),
         library,
         *scripts,
+        *(f"--skip={name}" for name in skip),
     ]
 
 
@@ -241,9 +249,13 @@ def parse_report(stdout: str) -> dict[str, dict[int, tuple[str, str]]]:
 
 
 def main(argv: list[str]) -> None:
+    skip = frozenset(a.removeprefix("--skip=") for a in argv if a.startswith("--skip="))
+    argv = [a for a in argv if not a.startswith("--skip=")]
     library, scripts = argv[0], argv[1:]
     if library not in ("ours", "accelerate") or not scripts:
-        raise SystemExit("usage: accelerate_scripts.py ours|accelerate SCRIPT [SCRIPT ...]")
+        raise SystemExit(
+            "usage: accelerate_scripts.py ours|accelerate SCRIPT [SCRIPT ...] [--skip=script::function ...]"
+        )
     root = accelerate_dir()
     if library == "ours":
         sys.meta_path.insert(0, AccelerateFromOurs(root))
@@ -261,7 +273,7 @@ def main(argv: list[str]) -> None:
         except Exception as error:  # the script does not even import: every sub-test is lost
             _report(f"{script}:import", "FAIL", f"{type(error).__name__}: {error}")
             continue
-        wrap_subtests(module)
+        wrap_subtests(module, skip)
         try:
             module.main()
         except Exception as error:

@@ -46,8 +46,8 @@ class ControlAPI:
         if not (self.use_distributed and self.distributed_type.value in ("MULTI_GPU", "MULTI_CPU")):
             if self.distributed_type.value != "NO":
                 warnings.warn(
-                    f"join_uneven_inputs has no effect with distributed_type={self.distributed_type.value}; "
-                    "it wraps DistributedDataParallel models only.",
+                    "Joining uneven inputs is only supported for multi-GPU (and multi-CPU) DDP training: "
+                    f"join_uneven_inputs has no effect with distributed_type={self.distributed_type.value}.",
                     stacklevel=3,
                 )
             yield
@@ -55,6 +55,13 @@ class ControlAPI:
         from torch.distributed.algorithms.join import Join
 
         previous = [(loader, loader.even_batches) for loader in self._dataloaders]
+        if even_batches is not None and any(loader.is_iterable for loader in self._dataloaders):
+            warnings.warn(
+                "Overriding even_batches is only supported for map-style datasets, yet some dataloaders "
+                "given were iterable: those keep their setting.",
+                stacklevel=3,
+            )
+            previous = [(loader, value) for loader, value in previous if not loader.is_iterable]
         if even_batches is not None:
             for loader, _ in previous:
                 loader.even_batches = even_batches

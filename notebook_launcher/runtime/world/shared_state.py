@@ -140,6 +140,11 @@ class AcceleratorState(PartialState):
     def distributed_type(self) -> DistributedType:
         return self._distributed_type
 
+    @distributed_type.setter
+    def distributed_type(self, value: DistributedType) -> None:
+        """Settable, as in Accelerate (its own tests switch it to check a code path)."""
+        self._distributed_type = DistributedType(value)
+
     @property
     def mixed_precision(self) -> str:
         return self._config.mixed_precision
