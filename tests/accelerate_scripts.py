@@ -154,8 +154,10 @@ def _literal(value: Any) -> bool:
 
 def _report(name: str, status: str, message: str = "") -> None:
     line = message.replace("\n", " ").replace("\t", " ")[:400]
-    sys.stdout.flush()  # one write per line: both ranks share the pipe, and lines must not interleave
-    os.write(sys.stdout.fileno(), f"{MARK}\t{_rank()}\t{name}\t{status}\t{line}\n".encode())
+    sys.stdout.flush()
+    # one write per line (both ranks share the pipe), starting on a line of its own: the other rank
+    # may have written part of a line just before
+    os.write(sys.stdout.fileno(), f"\n{MARK}\t{_rank()}\t{name}\t{status}\t{line}\n".encode())
 
 
 def _is_subtest(name: str) -> bool:
