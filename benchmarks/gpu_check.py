@@ -149,20 +149,12 @@ def _launch_harness(library: str, env: dict, timeout: float = 540) -> str:
     import signal
     import subprocess
     import tempfile
+    from pathlib import Path
 
-    from accelerate_scripts import torchrun_command
+    from accelerate_scripts import start
 
     with tempfile.TemporaryDirectory() as scratch:
-        proc = subprocess.Popen(
-            torchrun_command(library, ACCELERATE_SCRIPTS),
-            cwd=scratch,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,
-        )
+        proc = start(library, ACCELERATE_SCRIPTS, cwd=Path(scratch), env=env)
         try:
             return proc.communicate(timeout=timeout)[0]
         except subprocess.TimeoutExpired:

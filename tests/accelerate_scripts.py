@@ -26,6 +26,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
+import subprocess
 import sys
 import traceback
 import types
@@ -238,6 +239,15 @@ def torchrun_command(
         *scripts,
         *(f"--skip={name}" for name in skip),
     ]
+
+
+def start(
+    library: str, scripts: list[str], *, cwd: Path, env: dict[str, str], skip: tuple[str, ...] = ()
+) -> subprocess.Popen:
+    """This harness under torchrun on 2 processes, in its own session (kill its group on a timeout)."""
+    from test_cli_helpers import start_cli  # beside this file
+
+    return start_cli(torchrun_command(library, scripts, skip=skip), cwd=cwd, env=env, program=[])
 
 
 def parse_report(stdout: str) -> dict[str, dict[int, tuple[str, str]]]:

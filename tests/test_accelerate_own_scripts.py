@@ -17,11 +17,10 @@ these included, on 2 GPUs over NCCL.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
-from accelerate_scripts import parse_report, torchrun_command
+from accelerate_scripts import parse_report, start
 from test_cli_helpers import cli_env, explain, finish
 
 HERE = Path(__file__).resolve().parent
@@ -82,16 +81,7 @@ def run_scripts(library: str, tmp_path: Path) -> tuple[dict[str, dict[int, tuple
         OMP_NUM_THREADS="1",
         HF_HOME=str(tmp_path / "hf_home"),
     )
-    proc = subprocess.Popen(
-        torchrun_command(library, list(SCRIPTS), skip=SKIPPED_ON_CPU),
-        cwd=tmp_path,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc = start(library, list(SCRIPTS), cwd=tmp_path, env=env, skip=SKIPPED_ON_CPU)
     result = finish(proc, timeout=240)
     found = parse_report(result.stdout)
     assert result.returncode == 0 or found, explain(result)
