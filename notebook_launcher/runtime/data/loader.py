@@ -103,7 +103,7 @@ class DataLoaderShard:
                 data_seed=data_seed,
             )
         )
-        self._shared_generator = shared_generator(self._sampling, world_size)
+        self._shared_generator = shared_generator(self._sampling)
         self._pass_generator_state: torch.Tensor | None = None
         self._restore_generator_state: torch.Tensor | None = None
         self._batch_sampler_view = BatchSamplerShard(self, self._sampling)

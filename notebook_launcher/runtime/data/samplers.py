@@ -2,9 +2,10 @@
 
 The user's sampler and generator decide the order, so one process with batch 8×N and N processes
 with batch 8 see the same samples per step when the generator is re-seeded after prepare
-(Accelerate's test_script.training_check). On several processes a random sampler without a
-generator gets one (seeded from the agreed seed), and its state is copied from rank 0 at the start
-of every pass, so all ranks draw the same permutation. `use_seedable_sampler=True` replaces a
+(Accelerate's test_script.training_check). A random sampler without a generator gets one (seeded
+from the agreed seed; Accelerate does so on several processes, here on one too, so that the order
+does not hang on the global RNG); its state is copied from rank 0 at the start of every pass, so all
+ranks draw the same permutation, and saved with a mid-epoch checkpoint, so a resume replays it. `use_seedable_sampler=True` replaces a
 RandomSampler by a SeedableRandomSampler: the order is a function of (data_seed or torch's initial
 seed) + epoch, so `set_seed(42); loader.set_epoch(0)` replays it.
 """
@@ -112,16 +113,16 @@ def adopt_batch_sampler(
             return BatchSampler(seedable, batch_sampler.batch_size, batch_sampler.drop_last)
         batch_sampler.sampler = seedable
         return batch_sampler
-    if world_size > 1 and sampler.generator is None:
+    if sampler.generator is None:  # one process too: an order that a checkpoint can replay
         sampler.generator = torch.Generator().manual_seed(seed)
     return batch_sampler
 
 
-def shared_generator(batch_sampler: Any, world_size: int) -> torch.Generator | None:
+def shared_generator(batch_sampler: Any) -> torch.Generator | None:
     """The generator whose state rank 0 gives every rank at the start of a pass (Accelerate's
-    synchronized_generator); None for a seedable sampler (its seed decides) or one process."""
+    synchronized_generator), and a checkpoint saves; None for a seedable sampler (its seed decides)."""
     sampler = sampler_of(batch_sampler)
-    if world_size == 1 or isinstance(sampler, SeedableRandomSampler):
+    if isinstance(sampler, SeedableRandomSampler):
         return None
     generator = getattr(sampler, "generator", None)
     return generator if isinstance(generator, torch.Generator) else None
