@@ -15,7 +15,10 @@ backend allows; NCCL refuses two ranks on one GPU, and that refusal is reported 
 
 Every section prints its figures (final loss, steps/s, peak CUDA memory) or its error, then the
 next one runs. Before them, benchmarks/gpu_paths.py checks the GPU paths that the suite covers on
-CPU only by their mechanism (one PASS/FAIL line each). Paste the output into the issue note.
+CPU only by their mechanism (one PASS/FAIL line each), and, with 2 GPUs, Accelerate 1.16's own test
+scripts run unchanged on real Accelerate and on ours over NCCL (tests/accelerate_scripts.py, the
+harness tests/test_accelerate_own_scripts.py runs on 2 CPU processes), one line per sub-test.
+Paste the output into the issue note.
 """
 
 from __future__ import annotations
@@ -143,6 +146,63 @@ def run_section(name: str, options: dict, processes: int, steps: int, sizes: dic
     )
 
 
+ACCELERATE_SCRIPTS = ["test_ops", "test_sync", "test_script", "test_distributed_data_loop"]
+
+
+def _launch_harness(library: str, env: dict, timeout: float = 540) -> str:
+    """One torchrun launch of tests/accelerate_scripts.py on 2 GPUs; its stdout (whatever came before a
+    timeout too: the process group is killed then)."""
+    import os
+    import signal
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from accelerate_scripts import start
+
+    with tempfile.TemporaryDirectory() as scratch:
+        proc = start(library, ACCELERATE_SCRIPTS, cwd=Path(scratch), env=env)
+        try:
+            return proc.communicate(timeout=timeout)[0]
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            return (proc.communicate()[0] or "") + "\n(timed out)"
+
+
+def check_accelerate_scripts() -> None:
+    """Accelerate 1.16's own test scripts, unchanged, on 2 GPUs over NCCL (MULTI_GPU: test_sync's
+    accumulation matrix, test_ops' copy_tensor_to_devices, the fp16 wrapper check, and
+    test_distributed_data_loop run there), on real Accelerate and on ours: one line per sub-test."""
+    import os
+    import sys
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parent.parent / "tests"
+    sys.path.insert(0, str(tests))
+    from accelerate_scripts import parse_report
+
+    env = {k: v for k, v in os.environ.items() if k != "ACCELERATE_USE_CPU"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tests.parent), env.get("PYTHONPATH", "")])
+    env.setdefault("OMP_NUM_THREADS", "1")
+    found = {library: parse_report(_launch_harness(library, env)) for library in ("accelerate", "ours")}
+
+    def shown(ranks: dict | None) -> str:
+        if not ranks:
+            return "did not run"
+        failed = [f"rank {r}: {m[:120]}" for r, (status, m) in sorted(ranks.items()) if status != "PASS"]
+        return "PASS" if not failed and len(ranks) == 2 else "FAIL " + "; ".join(failed)
+
+    names = sorted(set(found["accelerate"]) | set(found["ours"]), key=lambda n: (n.split(":")[0], n))
+    for name in names:
+        print(
+            f"  {name:<78} accelerate {shown(found['accelerate'].get(name)):<10} ours {shown(found['ours'].get(name))}"
+        )
+    for library, report in found.items():
+        subtests = [n for n in report if "::" in n]
+        passed = sum(shown(report[n]) == "PASS" for n in subtests)
+        print(f"  {library}: {passed} of {len(subtests)} sub-tests hold on 2 GPUs")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="GPU check of DDP / FSDP / DeepSpeed / fp8")
     parser.add_argument("--quick", action="store_true", help="10 steps instead of 30")
@@ -172,6 +232,11 @@ def main() -> None:
             "GPU paths (results on CPU, spawn payloads, driver hazard, gpu_ids, MULTI_CPU, FSDP, DeepSpeed fp16):"
         )
         check_gpu_paths()
+        if hw.cuda_device_count >= 2:
+            print("Accelerate 1.16's own test scripts, 2 GPUs over NCCL (tests/accelerate_scripts.py):")
+            check_accelerate_scripts()
+        else:
+            print("Accelerate's own test scripts: skipped, they need 2 GPUs (NCCL refuses two ranks on one)")
     for name, options in SECTIONS:
         for processes in (1, 2):
             try:

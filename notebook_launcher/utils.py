@@ -7,6 +7,8 @@ what to use instead; docs/migrating-from-accelerate.md has the whole table.
 
 from __future__ import annotations
 
+from ._accelerate_utils_names import PROBES
+from ._accelerate_utils_names import UNSUPPORTED as _MORE_UNSUPPORTED
 from ._lazy import face
 
 _RUNTIME = "notebook_launcher.runtime"
@@ -69,6 +71,9 @@ _LAZY = {
         _UTILITIES,
     ),
     "should_reduce_batch_size": "notebook_launcher.runtime.memory",
+    **dict.fromkeys(PROBES, "notebook_launcher.runtime.probes"),
+    "copy_tensor_to_devices": _OPS,
+    "DistributedOperationException": "notebook_launcher.errors",
     "LoggerType": "notebook_launcher.config.enums",
     **dict.fromkeys(
         ("ParallelismConfig", "TorchTensorParallelConfig", "TorchContextParallelConfig"),
@@ -102,6 +107,7 @@ _UNSUPPORTED = {
     "ComputeEnvironment": "only the local machine (and its cluster launches) is supported; SageMaker is not",
     "SageMakerDistributedType": "SageMaker is not supported",
     "install_xla": "TPUs are not supported",
+    **_MORE_UNSUPPORTED,
 }
 
 __getattr__ = face("notebook_launcher.utils", globals(), _LAZY, _UNSUPPORTED)

@@ -41,11 +41,17 @@ def cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def start_cli(
-    args: list[str], *, cwd: Path, env: dict[str, str], stdin: str | None = None
+    args: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    stdin: str | None = None,
+    program: list[str] | None = None,
 ) -> subprocess.Popen:
-    """Start `notebook-launcher ARGS` in its own session, so a timeout can stop it with all its workers."""
+    """Start `notebook-launcher ARGS` (or `program ARGS`) in its own session, so a timeout can stop it
+    with all its workers."""
     return subprocess.Popen(
-        [*CLI, *args],
+        [*(CLI if program is None else program), *args],
         cwd=cwd,
         env=env,
         stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,

@@ -1,6 +1,7 @@
 """docs/migrating-from-accelerate.md's table of names is true: every supported (or differing) name
 imports from our module, every unsupported one raises an ImportError with advice, and every public
-name of `accelerate`, `accelerate.state` and `accelerate.tracking` is in the table."""
+name of `accelerate`, `accelerate.utils`, `accelerate.state`, `accelerate.data_loader` and
+`accelerate.tracking` is in the table."""
 
 import importlib
 import re
@@ -11,13 +12,14 @@ import pytest
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "migrating-from-accelerate.md"
 ROW = re.compile(
-    r"^\| `(accelerate(?:\.utils|\.state|\.tracking)?)\.(\w+)` \| (supported|differs|not supported) \|"
+    r"^\| `(accelerate(?:\.utils|\.state|\.tracking|\.data_loader)?)\.(\w+)` \| (supported|differs|not supported) \|"
 )
 OURS = {
     "accelerate": "notebook_launcher",
     "accelerate.utils": "notebook_launcher.utils",
     "accelerate.state": "notebook_launcher.state",
     "accelerate.tracking": "notebook_launcher.tracking",
+    "accelerate.data_loader": "notebook_launcher.data_loader",
 }
 
 
@@ -40,7 +42,10 @@ def test_each_row_holds(module, name, status):
         assert getattr(ours, name) is not None
 
 
-@pytest.mark.parametrize("module", ["accelerate", "accelerate.state", "accelerate.tracking"])
+@pytest.mark.parametrize(
+    "module",
+    ["accelerate", "accelerate.utils", "accelerate.state", "accelerate.tracking", "accelerate.data_loader"],
+)
 def test_every_public_name_of_accelerate_is_in_the_table(module):
     theirs = importlib.import_module(module)
     public = {
@@ -48,7 +53,10 @@ def test_every_public_name_of_accelerate_is_in_the_table(module):
         for n in dir(theirs)
         if not n.startswith("_")
         and not isinstance(getattr(theirs, n), types.ModuleType)
-        and (module == "accelerate" or getattr(getattr(theirs, n), "__module__", "") == module)
+        and (
+            module in ("accelerate", "accelerate.utils")
+            or getattr(getattr(theirs, n), "__module__", "") == module
+        )
     }
     listed = {name for m, name, _ in rows() if m == module}
     assert sorted(public - listed) == []

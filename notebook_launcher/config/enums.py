@@ -16,13 +16,36 @@ class _StrEnum(str, Enum):
 
 
 class DistributedType(_StrEnum):
-    """How the run is distributed; compares equal to its plain string too ("MULTI_CPU")."""
+    """How the run is distributed; compares equal to its plain string too ("MULTI_CPU").
+
+    Every member Accelerate 1.x has, so code that compares with `DistributedType.XLA` or
+    `MULTI_NPU` runs; a run here is only ever one of RUNNABLE_DISTRIBUTED_TYPES.
+    """
 
     NO = "NO"
     MULTI_CPU = "MULTI_CPU"
     MULTI_GPU = "MULTI_GPU"
-    FSDP = "FSDP"
+    MULTI_NPU = "MULTI_NPU"
+    MULTI_MLU = "MULTI_MLU"
+    MULTI_SDAA = "MULTI_SDAA"
+    MULTI_MUSA = "MULTI_MUSA"
+    MULTI_XPU = "MULTI_XPU"
     DEEPSPEED = "DEEPSPEED"
+    FSDP = "FSDP"
+    XLA = "XLA"
+    MEGATRON_LM = "MEGATRON_LM"
+    MULTI_HPU = "MULTI_HPU"
+    MULTI_NEURON = "MULTI_NEURON"
+
+
+# the distributed types a run here can have (the others exist to be compared with, as in Accelerate)
+RUNNABLE_DISTRIBUTED_TYPES = (
+    DistributedType.NO,
+    DistributedType.MULTI_CPU,
+    DistributedType.MULTI_GPU,
+    DistributedType.FSDP,
+    DistributedType.DEEPSPEED,
+)
 
 
 class PrecisionType(_StrEnum):

@@ -15,11 +15,11 @@ from typing import Any
 from ..errors import ConfigError, bad_value, closest
 from .accelerate_keys import ACCELERATE_ONLY_KEYS, check_accelerate_key
 from .cluster import ClusterConfig
-from .enums import DistributedType, PrecisionType
+from .enums import RUNNABLE_DISTRIBUTED_TYPES, PrecisionType
 from .parallelism import check_section, from_section
 from .sections import DeepSpeedConfig, DynamoConfig, FSDPConfig, check_strategy_sections
 
-DISTRIBUTED_TYPES = tuple(t.value for t in DistributedType)
+DISTRIBUTED_TYPES = tuple(t.value for t in RUNNABLE_DISTRIBUTED_TYPES)
 MIXED_PRECISIONS = tuple(p.value for p in PrecisionType)
 RDZV_BACKENDS = ("static", "c10d")
 

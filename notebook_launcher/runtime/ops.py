@@ -81,20 +81,39 @@ def gather_object(obj: Any) -> list[Any]:
 
 
 def reduce(data: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
-    """Sum or average tensors over ranks ('sum' or 'mean'), each rank getting the result."""
-    if reduction not in ("sum", "mean"):
-        raise ValueError(f"reduction={reduction!r} is not valid; use 'sum' or 'mean'.")
+    """Sum, average or take the maximum of tensors over ranks ('sum', 'mean', 'max'), each rank
+    getting the result; then multiplied by scale."""
+    if reduction not in ("sum", "mean", "max"):
+        raise ValueError(f"reduction={reduction!r} is not valid; use 'sum', 'mean' or 'max'.")
 
     def one(t: torch.Tensor) -> torch.Tensor:
         out = t.clone()
         if _is_distributed():
-            dist.all_reduce(out, op=dist.ReduceOp.SUM)
+            dist.all_reduce(out, op=dist.ReduceOp.MAX if reduction == "max" else dist.ReduceOp.SUM)
             if reduction == "mean":
                 out = out / dist.get_world_size()
         return out * scale if scale != 1.0 else out
 
     debug_mode.verify("reduce", data)
     return recursively_apply(one, data)
+
+
+def copy_tensor_to_devices(tensor: torch.Tensor | None = None) -> torch.Tensor | None:
+    """The tensor one process holds (the others pass None), on every process (Accelerate's helper)."""
+    if not _is_distributed():
+        return tensor
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
+    holder = torch.tensor([dist.get_rank() if tensor is not None else -1], device=device)
+    dist.all_reduce(holder, op=dist.ReduceOp.MAX)
+    source = int(holder.item())
+    if source < 0:
+        raise ValueError("copy_tensor_to_devices: no process passed a tensor; one process must pass it.")
+    meta = [(tuple(tensor.shape), tensor.dtype) if tensor is not None else None]
+    dist.broadcast_object_list(meta, src=source)
+    shape, dtype = meta[0]
+    out = tensor.contiguous() if dist.get_rank() == source else torch.empty(shape, dtype=dtype, device=device)
+    dist.broadcast(out, src=source)
+    return out
 
 
 def broadcast(data: Any, from_process: int = 0) -> Any:
@@ -122,6 +141,7 @@ def pad_across_processes(data: Any, dim: int = 0, pad_index: int = 0, pad_first:
     """Pad tensors along `dim` to the largest size any rank has, so they can be gathered."""
     if not _is_distributed():
         return data
+    debug_mode.verify("pad_across_processes", data, skip_dim=dim)
 
     def one(t: torch.Tensor) -> torch.Tensor:
         if t.ndim == 0 or dim >= t.ndim:

@@ -23,8 +23,10 @@ class DataLoaderConfiguration:
     batches (default: True for an IterableDataset, else False).
     even_batches: complete the last round with samples from the start so every process takes the
     same number of steps; gather_for_metrics drops those duplicates.
-    use_seedable_sampler / data_seed: shuffle with a generator seeded by data_seed (default: torch's
-    initial seed) plus the epoch. Our loaders always shuffle that way, so this changes nothing.
+    use_seedable_sampler / data_seed: a RandomSampler becomes a SeedableRandomSampler, re-seeded
+    with data_seed (default: torch's initial seed, what set_seed set) plus the epoch at each pass, so
+    `set_seed(s); loader.set_epoch(e)` replays an order. Without it the order comes from the
+    sampler's own generator, as in Accelerate.
     non_blocking: move batches to the device with non_blocking=True.
     use_stateful_dataloader: accepted; our loaders always save and restore their position.
     """

@@ -1,5 +1,6 @@
 """The Accelerator's run-control helpers (Accelerate's names): a trigger any process can set to stop
-all of them, join for uneven inputs, the profiler, and skipping batches on resume."""
+all of them, join for uneven inputs, a gradient sync forced in backward, the profiler, and skipping
+batches on resume."""
 
 from __future__ import annotations
 
@@ -45,8 +46,8 @@ class ControlAPI:
         if not (self.use_distributed and self.distributed_type.value in ("MULTI_GPU", "MULTI_CPU")):
             if self.distributed_type.value != "NO":
                 warnings.warn(
-                    f"join_uneven_inputs has no effect with distributed_type={self.distributed_type.value}; "
-                    "it wraps DistributedDataParallel models only.",
+                    "Joining uneven inputs is only supported for multi-GPU (and multi-CPU) DDP training: "
+                    f"join_uneven_inputs has no effect with distributed_type={self.distributed_type.value}.",
                     stacklevel=3,
                 )
             yield
@@ -54,6 +55,13 @@ class ControlAPI:
         from torch.distributed.algorithms.join import Join
 
         previous = [(loader, loader.even_batches) for loader in self._dataloaders]
+        if even_batches is not None and any(loader.is_iterable for loader in self._dataloaders):
+            warnings.warn(
+                "Overriding even_batches is only supported for map-style datasets, yet some dataloaders "
+                "given were iterable: those keep their setting.",
+                stacklevel=3,
+            )
+            previous = [(loader, value) for loader, value in previous if not loader.is_iterable]
         if even_batches is not None:
             for loader, _ in previous:
                 loader.even_batches = even_batches
@@ -66,6 +74,24 @@ class ControlAPI:
             for loader, value in previous:
                 loader.even_batches = value
                 loader._plan_cache = None
+
+    @contextlib.contextmanager
+    def trigger_sync_in_backward(self, model: torch.nn.Module) -> Iterator[None]:
+        """The next backward all-reduces gradients even though the forward ran under no_sync()
+        (several forwards under no_sync, then their backwards: sync only at the last). A no-op for
+        a model that is not DistributedDataParallel, as in Accelerate."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        if not isinstance(model, DistributedDataParallel):
+            yield
+            return
+        previous = model.require_backward_grad_sync, model.require_forward_param_sync
+        model.require_backward_grad_sync = model.require_forward_param_sync = True
+        model.reducer.prepare_for_backward([])  # what a synced forward would have done
+        try:
+            yield
+        finally:
+            model.require_backward_grad_sync, model.require_forward_param_sync = previous
 
     # ------------------------------------------------------------- profiling
     @contextlib.contextmanager

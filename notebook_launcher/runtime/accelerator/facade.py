@@ -157,6 +157,7 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, 
                 f"device_placement has {len(device_placement)} entries for {len(args)} objects; give one per object."
             )
         placements = device_placement or [self.device_placement] * len(args)
+        _ = self.state.distributed_type  # a state reset under this Accelerator fails here, with the cause
         for obj in args:
             if id(obj) in self._prepared_ids:
                 raise AcceleratorError(
@@ -252,6 +253,8 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, 
             dispatch_batches=self.dispatch_batches,
             non_blocking=self.non_blocking,
             rng_types=self.rng_types,
+            use_seedable_sampler=self.dataloader_config.use_seedable_sampler,
+            data_seed=self.dataloader_config.data_seed,
         )
         self._dataloaders.append(loader)
         return loader

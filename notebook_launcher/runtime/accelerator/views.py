@@ -28,7 +28,8 @@ class SettingsView:
 
     @property
     def distributed_type(self) -> DistributedType:
-        return self._distributed_type
+        """The state's (`accelerator.state.distributed_type = ...` changes it, as in Accelerate)."""
+        return self.state.__dict__.get("_distributed_type", self._distributed_type)
 
     @property
     def mixed_precision(self) -> str:

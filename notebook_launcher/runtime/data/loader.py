@@ -1,8 +1,9 @@
 """Prepared data loaders: each rank gets its shard, all ranks shuffle alike, positions can be saved.
 
 `DataLoaderShard` keeps the user's dataset, collate_fn and worker settings and replaces only the
-choice of indices (see index_plan.py). Shuffling uses one seed agreed by all ranks plus the epoch,
-so every rank sees the same permutation and every epoch a new one. With dispatch_batches (the
+choice of indices (see index_plan.py). The order comes from the user's own sampler and generator,
+as in Accelerate (samplers.py: rank 0's generator state on every rank at each pass, or a seedable
+sampler's seed + epoch), so every rank sees the same permutation and every epoch a new one. With dispatch_batches (the
 default for an IterableDataset) only rank 0 reads the data and sends each rank its slice
 (dispatch.py); without it every rank reads the stream and keeps its share of each round
 (stream_plan.py, stream_reader.py: Accelerate's IterableDatasetShard). Each pass starts by
@@ -16,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, Sampler
+from torch.utils.data import DataLoader, IterableDataset, Sampler
 
 from .. import telemetry
 from ..ops import send_to_device
@@ -25,6 +26,7 @@ from ..world.rng_sync import synchronize_rng_states
 from .dispatch import dispatch
 from .gradient_state import GradientState
 from .index_plan import ShardPlan, plan_epoch
+from .samplers import BatchSamplerShard, adopt_batch_sampler, count_batches, sampler_of, shared_generator
 from .stream_plan import StreamStep, round_shape, shard_stream, steps_in_stream
 from .stream_reader import StreamReader
 
@@ -70,15 +72,17 @@ class DataLoaderShard:
         dispatch_batches: bool | None = None,
         non_blocking: bool = False,
         rng_types: list[str] | None = None,
+        use_seedable_sampler: bool = False,
+        data_seed: int | None = None,
     ) -> None:
         self.base_loader = loader
         self.dataset = loader.dataset
+        self.use_seedable_sampler = use_seedable_sampler
         self.rank, self.world_size, self.device = rank, world_size, device
         self.gradient_state = gradient_state
         self.split_batches, self.even_batches = split_batches, even_batches
         self.seed = seed
         self.epoch = 0
-        self._explicit_epoch = False
         self.batches_yielded = 0
         self._skip_next = 0
         self._plan_cache: tuple[int, ShardPlan] | None = None
@@ -89,6 +93,21 @@ class DataLoaderShard:
         self.end_of_dataloader = False
         self.remainder = -1
         self._stream = StreamReader(loader) if self.is_iterable and not self.dispatch_batches else None
+        self._sampling = (
+            None
+            if self.is_iterable
+            else adopt_batch_sampler(
+                loader,
+                world_size=world_size,
+                seed=seed,
+                use_seedable_sampler=use_seedable_sampler,
+                data_seed=data_seed,
+            )
+        )
+        self._shared_generator = shared_generator(self._sampling)
+        self._pass_generator_state: torch.Tensor | None = None
+        self._restore_generator_state: torch.Tensor | None = None
+        self._batch_sampler_view = BatchSamplerShard(self, self._sampling)
         if (
             self._stream is not None
         ):  # a bad split_batches size is reported at prepare(), not at the first step
@@ -101,42 +120,57 @@ class DataLoaderShard:
     def set_epoch(self, epoch: int) -> None:
         """Use this epoch's shuffle order (Accelerate/torch DistributedSampler semantics)."""
         self.epoch = int(epoch)
-        self._explicit_epoch = True
+        inner = sampler_of(self._sampling)
+        if hasattr(inner, "set_epoch"):
+            inner.set_epoch(self.epoch)
+
+    @property
+    def batch_sampler(self) -> BatchSamplerShard:
+        """Accelerate's `prepared.batch_sampler`: `.batch_sampler` is the original, `.even_batches` settable."""
+        return self._batch_sampler_view
 
     def _global_batches(self, epoch: int) -> list[list[int]]:
-        loader = self.base_loader
-        batch_sampler = loader.batch_sampler
-        if isinstance(batch_sampler, BatchSampler) and isinstance(batch_sampler.sampler, RandomSampler):
-            base = batch_sampler.sampler
-            generator = torch.Generator().manual_seed(self.seed + epoch)
-            sampler = RandomSampler(
-                base.data_source,
-                replacement=base.replacement,
-                num_samples=base._num_samples,
-                generator=generator,
-            )
-            batch_sampler = BatchSampler(sampler, batch_sampler.batch_size, batch_sampler.drop_last)
-        else:
-            inner = getattr(batch_sampler, "sampler", batch_sampler)
-            if hasattr(inner, "set_epoch"):
-                inner.set_epoch(epoch)
-        return [list(b) for b in batch_sampler]
+        """The original loader's batches for this pass, drawn from its own sampler (and generator)."""
+        inner = sampler_of(self._sampling)
+        if hasattr(inner, "set_epoch"):
+            inner.set_epoch(epoch)
+        return [list(b) for b in self._sampling]
 
     def plan(self, epoch: int | None = None) -> ShardPlan:
+        """This rank's batches: those of the pass under way, else drawn now."""
         epoch = self.epoch if epoch is None else epoch
         if self._plan_cache is None or self._plan_cache[0] != epoch:
-            bs = self.base_loader.batch_sampler
-            plan = plan_epoch(
-                self._global_batches(epoch),
-                rank=self.rank,
-                world_size=self.world_size,
-                batch_size=getattr(bs, "batch_size", None) or self.base_loader.batch_size or 1,
-                split_batches=self.split_batches,
-                even_batches=self.even_batches,
-                drop_last=bool(getattr(bs, "drop_last", False)),
-            )
-            self._plan_cache = (epoch, plan)
+            self._plan_cache = (epoch, self._plan_of(self._global_batches(epoch)))
         return self._plan_cache[1]
+
+    def _plan_of(self, global_batches: list[list[int]]) -> ShardPlan:
+        bs = self._sampling
+        return plan_epoch(
+            global_batches,
+            rank=self.rank,
+            world_size=self.world_size,
+            batch_size=getattr(bs, "batch_size", None) or self.base_loader.batch_size or 1,
+            split_batches=self.split_batches,
+            even_batches=self.even_batches,
+            drop_last=bool(getattr(bs, "drop_last", False)),
+        )
+
+    def _start_planned_pass(self) -> torch.Generator | None:
+        """Draw this pass's order as the original loader would: rank 0's generator state on every rank
+        (or the checkpoint's), the DataLoader's base seed, then the sampler. Returns the generator for
+        the inner DataLoader's worker seeds."""
+        shared = self._shared_generator
+        if shared is not None:
+            synchronize_rng_states(["generator"], shared)
+            if self._restore_generator_state is not None:
+                shared.set_state(self._restore_generator_state)
+            self._pass_generator_state = shared.get_state()
+        self._restore_generator_state = None
+        own = self.base_loader.generator
+        if own is None:  # a private generator: creating the iterator must not draw from the global RNG
+            return torch.Generator().manual_seed(self.seed + self.epoch)
+        base_seed = int(torch.empty((), dtype=torch.int64).random_(generator=own).item())
+        return torch.Generator().manual_seed(base_seed)
 
     def __len__(self) -> int:
         if self._stream is not None:
@@ -153,6 +187,10 @@ class DataLoaderShard:
             per_step = 1 if self.split_batches else self.world_size
             full, extra = divmod(len(self.base_loader), per_step)
             return full + (1 if extra and not self._drop_last else 0)
+        if self._plan_cache is None or self._plan_cache[0] != self.epoch:
+            counted = count_batches(self._sampling)  # len() draws from no generator
+            if counted is not None:
+                return len(self._plan_of(counted).batches)
         return len(self.plan().batches)
 
     def _stream_steps(self, length: int) -> int:
@@ -196,15 +234,12 @@ class DataLoaderShard:
             self._leave()
 
     def _iter_planned(self) -> Iterator[Any]:
-        plan = self.plan()
+        kwargs = self._loader_kwargs()
+        kwargs["generator"] = self._start_planned_pass()
+        plan = self._plan_of(self._global_batches(self.epoch))
+        self._plan_cache = (self.epoch, plan)
         skip, self._skip_next = self._skip_next, 0
         batches = plan.batches[skip:]
-        kwargs = self._loader_kwargs()
-        # A private generator: creating the iterator must not draw from the global RNG, or a resumed
-        # run (RNG restored, iterator created afterwards) would drift from the uninterrupted one.
-        kwargs["generator"] = self.base_loader.generator or torch.Generator().manual_seed(
-            self.seed + self.epoch
-        )
         loader = DataLoader(self.dataset, batch_sampler=FixedBatches(batches), **kwargs)
         total = len(plan.batches)
         self.batches_yielded = skip
@@ -290,10 +325,9 @@ class DataLoaderShard:
         self.gradient_state._add_dataloader(self)
 
     def _end_epoch(self) -> None:
+        """A whole pass moves to the next epoch (Accelerate: set_epoch(e) makes the next pass e)."""
         self.batches_yielded = 0
-        if not self._explicit_epoch:
-            self.epoch += 1
-        self._explicit_epoch = False
+        self.epoch += 1
 
     def _leave(self) -> None:
         self.gradient_state._remove_dataloader(self)
@@ -308,15 +342,22 @@ class DataLoaderShard:
         return kwargs
 
     # ----------------------------------------------------------- checkpointing
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "batches_yielded": self.batches_yielded, "seed": self.seed}
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "epoch": self.epoch,
+            "batches_yielded": self.batches_yielded,
+            "seed": self.seed,
+        }
+        if self._pass_generator_state is not None and self.batches_yielded:
+            state["generator_state"] = self._pass_generator_state  # the order of the pass under way
+        return state
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume where the saved loader was: same epoch order, skipping the batches already seen."""
         self.epoch = int(state["epoch"])
         self.seed = int(state.get("seed", self.seed))
         self._skip_next = int(state.get("batches_yielded", 0))
-        self._explicit_epoch = False
+        self._restore_generator_state = state.get("generator_state")
         self._plan_cache = None
 
     def skip_first_batches(self, num_batches: int) -> DataLoaderShard:

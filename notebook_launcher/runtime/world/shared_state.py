@@ -65,6 +65,14 @@ class PartialState(ProcessAPI):
     def debug(self) -> bool:
         return self._debug
 
+    @debug.setter
+    def debug(self, on: bool) -> None:
+        """Collectives check that every rank passes matching shapes (Accelerate's debug mode)."""
+        from . import debug_mode
+
+        self._debug = bool(on)
+        debug_mode.switch(on)
+
     @property
     def fork_launched(self) -> bool:
         return False
@@ -97,7 +105,7 @@ class AcceleratorState(PartialState):
     def __init__(self, mixed_precision: str | None = None, cpu: bool = False, **kwargs: Any) -> None:
         shared = AcceleratorState._shared_state
         if shared:
-            self.__dict__.update(shared)
+            self.__dict__ = shared  # one state: _reset_state() empties every instance, as in Accelerate
             return
         config = (config_from_env() or LaunchConfig()).replace(mixed_precision=mixed_precision)
         super().__init__(cpu=cpu or config.use_cpu, **kwargs)
@@ -124,12 +132,18 @@ class AcceleratorState(PartialState):
         )
         AcceleratorState._shared_state.clear()
         AcceleratorState._shared_state.update(state.__dict__)
+        state.__dict__ = AcceleratorState._shared_state
         PartialState._shared_state["process"] = process
         return state
 
     @property
     def distributed_type(self) -> DistributedType:
         return self._distributed_type
+
+    @distributed_type.setter
+    def distributed_type(self, value: DistributedType) -> None:
+        """Settable, as in Accelerate (its own tests switch it to check a code path)."""
+        self._distributed_type = DistributedType(value)
 
     @property
     def mixed_precision(self) -> str:
@@ -161,6 +175,12 @@ class AcceleratorState(PartialState):
         process = self.__dict__.get("_process")
         if process is not None and not name.startswith("_") and hasattr(process, name):
             return getattr(process, name)
+        if process is None:
+            raise AttributeError(
+                f"`AcceleratorState` object has no attribute `{name}`. This happens if "
+                "`AcceleratorState._reset_state()` was called and an `Accelerator` or `PartialState` was "
+                "not reinitialized; create a new Accelerator after resetting the state."
+            )
         raise AttributeError(f"'AcceleratorState' object has no attribute {name!r}")
 
 
