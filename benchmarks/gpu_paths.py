@@ -88,7 +88,8 @@ def check_spawn_payload_on_cpu() -> None:
 DRIVER_HAZARD = """
 import torch
 torch.cuda.is_available()  # no NVML check: the driver is initialised, torch.cuda is not
-from notebook_launcher import hardware, notebook_launch
+from notebook_launcher import notebook_launch
+from notebook_launcher.system import hardware
 def device():
     from notebook_launcher import Accelerator
     return str(Accelerator().device)

@@ -21,6 +21,7 @@ from .errors import (
     NetworkError,
     NotebookLauncherError,
 )
+from .view_factory import set_view_factory
 
 __version__ = "0.1.0"
 
@@ -117,6 +118,20 @@ _UNSUPPORTED = {
     "is_rich_available": "rich tracebacks are not used; worker tracebacks come back to the notebook as they are",
     "rich": "rich tracebacks are not used; worker tracebacks come back to the notebook as they are",
 }
+
+
+def _shown_run_view() -> Any:
+    """What `view=True` asks the launcher for: a new RunView, shown in the current cell."""
+    from IPython.display import display
+
+    from .widgets import RunView
+
+    shown = RunView()
+    display(shown)
+    return shown
+
+
+set_view_factory(_shown_run_view)
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -7,7 +7,8 @@ memory_sampler.py thread; inbox.py reads what workers send, and memory_watch.py 
 samples into events, `result.memory` and the warning before the limit.
 
 Imports: config, hardware, host_memory, errors; the runtime only inside workers. Imported by the
-public face, widgets, clusters and interactive. Never by runtime or cli. Widgets only lazily, for view=True.
+public face, widgets, clusters and interactive. Never by runtime or cli. Never imports the widgets:
+view=True asks view_factory.py for the view the public face registered.
 """
 
 from .handle import RunHandle

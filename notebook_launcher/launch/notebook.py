@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..errors import ConfigError
+from ..view_factory import displayed_view
 from . import planning
 from .faults.restarts import RestartingRun, check_restart_on
 from .handle import RunHandle, collect_result
@@ -92,22 +93,6 @@ def _plan_and_watchers(fn, args, kwargs, options: dict[str, Any], config_overrid
     return plan, watchers
 
 
-def _displayed_view(view: Any) -> Any:
-    """The RunView that view= asks for: a new one shown in the cell (True), or the caller's own.
-
-    The only place the launcher touches widgets, and only when asked (the arrow is widgets -> launch).
-    """
-    if view is not True:
-        return view
-    from IPython.display import display
-
-    from ..widgets import RunView
-
-    shown = RunView()
-    display(shown)
-    return shown
-
-
 def notebook_launch(
     fn: Callable[..., Any],
     args: Sequence[Any] = (),
@@ -171,7 +156,7 @@ def notebook_launch(
     if in_process and cluster is None:
         _reject_for_in_process(options)
         return _launch_in_process(fn, args, kwargs, num_processes, config, mixed_precision, config_overrides)
-    shown = _displayed_view(view)
+    shown = displayed_view(view)
     if shown:
         options["observers"] = [*observers, shown]
         poll_hooks = [*poll_hooks, shown.poll]
@@ -283,7 +268,7 @@ def start_launch(
     """
     check_restart_on(restart_on)
     options = dict(locals())
-    shown = _displayed_view(view)
+    shown = displayed_view(view)
     if shown:
         options["observers"] = [*observers, shown]
         options["quiet"] = True
