@@ -148,8 +148,4 @@ def unload_ipython_extension(ipython: Any) -> None:
     unload(ipython)
 
 
-__getattr__: Any = face("notebook_launcher", globals(), _LAZY, _UNSUPPORTED)
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = face(__name__, globals(), _LAZY, _UNSUPPORTED)
