@@ -49,11 +49,8 @@ def _prepare(
     network_env, reach_main = planning.machine_network(cfg, say)
     addr, port, store = planning.rendezvous(cfg, cfg.num_machines)
     specs = planning.make_specs(cfg, nproc, (addr, port), payload, network_env)
-    context, pool = planning.start_context(method)
-    return LaunchPlan(
-        context=context,
-        pool=pool,
-        start_method=method,
+    return planning.plan_started_by(
+        method,
         specs=specs,
         target=target,
         world_size=nproc * cfg.num_machines,
