@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from netns import clean_env, explain, finish_all, start_in, two_hosts
+from netns import accelerator_all_reduce_script, clean_env, explain, finish_all, start_in, two_hosts
 
 pytestmark = pytest.mark.slow
 
@@ -48,19 +48,7 @@ print("RESULT " + json.dumps([dist.get_rank(), dist.get_world_size(), value.item
 dist.destroy_process_group()
 """
 
-ACCELERATOR_SCRIPT = """
-import json, os
-import torch, torch.distributed as dist
-from notebook_launcher import Accelerator
-from notebook_launcher.runtime.world.environments import detect_world
-source = detect_world().source
-acc = Accelerator()
-value = torch.tensor([float(acc.process_index + 1)])
-dist.all_reduce(value)
-print("RESULT " + json.dumps([source, acc.process_index, acc.num_processes, acc.local_process_index, value.item(),
-                              os.environ.get("GLOO_SOCKET_IFNAME")]))
-acc.end_training()
-"""
+ACCELERATOR_SCRIPT = accelerator_all_reduce_script('os.environ.get("GLOO_SOCKET_IFNAME")')
 
 
 @pytest.fixture(scope="module")
