@@ -48,6 +48,7 @@ print("RESULT " + json.dumps([dist.get_rank(), dist.get_world_size(), value.item
 dist.destroy_process_group()
 """
 
+CLI_LAUNCH = [sys.executable, "-m", "notebook_launcher", "launch"]
 ACCELERATOR_SCRIPT = accelerator_all_reduce_script('os.environ.get("GLOO_SOCKET_IFNAME")')
 
 
@@ -95,10 +96,7 @@ def test_cli_launch_forms_one_world_across_two_hosts(hosts, tmp_path):
         start_in(
             host,
             [
-                sys.executable,
-                "-m",
-                "notebook_launcher",
-                "launch",
+                *CLI_LAUNCH,
                 "--num_machines",
                 "2",
                 "--machine_rank",
@@ -203,10 +201,7 @@ def test_the_cli_inside_sbatch_takes_its_machines_from_slurm(hosts, tmp_path):
         start_in(
             host,
             [
-                sys.executable,
-                "-m",
-                "notebook_launcher",
-                "launch",
+                *CLI_LAUNCH,
                 "--num_processes",
                 "4",
                 "--cpu",
