@@ -18,6 +18,7 @@ from .handle import RunHandle, collect_result
 from .output import CellPrinter
 from .planning import LaunchPlan
 from .result import LaunchResult
+from .supervise.supervisor import Watch
 from .warm.warmup import warm_up
 from .worker.payload import pickle_target
 
@@ -162,7 +163,7 @@ def notebook_launch(
     if remote is not None:
         return remote.run()
     plan, watchers = _plan_and_watchers(fn, args, kwargs, options, config_overrides)
-    run = RestartingRun(plan, watchers, poll_hooks, restart_on=restart_on)
+    run = RestartingRun(plan, Watch(watchers, poll_hooks), restart_on=restart_on)
     run.run()
     return collect_result(run)
 

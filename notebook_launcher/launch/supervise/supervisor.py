@@ -13,6 +13,7 @@ import signal
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..events import HangReported, OutputLine, RunFinished, RunStarted, poll_hooks_ask_stop
@@ -47,6 +48,16 @@ from .stacks import QUIET_SECONDS, StackDump
 GRACE_SECONDS = 3.0
 POLL_SECONDS = 0.05
 TAIL_LINES = 20  # of a rank's output, shown when it died without a Python exception
+
+
+@dataclass(frozen=True)
+class Watch:
+    """Who hears a run and who may stop it: observers get every event, poll hooks run each turn
+    while the kernel waits (one returning True stops the run), should_stop is asked each turn."""
+
+    observers: Sequence[Callable[[Any], None]] = ()
+    poll_hooks: Sequence[Callable[[], Any]] = ()
+    should_stop: Callable[[], bool] | None = None
 
 
 class Supervisor:
