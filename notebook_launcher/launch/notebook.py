@@ -7,6 +7,7 @@ holds CUDA, spawn with the function cloudpickled by value. The kernel is left ex
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -238,35 +239,21 @@ def _launch_in_process(fn, args, kwargs, num_processes, config, mixed_precision,
 
 
 def start_launch(
-    fn: Callable[..., Any],
-    args: Sequence[Any] = (),
-    kwargs: dict[str, Any] | None = None,
-    *,
-    num_processes: int | None = None,
-    mixed_precision: str | None = None,
-    config: Any = None,
-    start_method: str = "auto",
-    timeout: float | None = None,
-    num_nodes: int | None = None,
-    node_rank: int | None = None,
-    master_addr: str | None = None,
-    master_port: int | None = None,
-    show_ranks: int | Iterable[int] | None = None,
-    quiet: bool = False,
-    view: Any = False,
-    observers: Sequence[Callable[[Any], None]] = (),
-    poll_hooks: Sequence[Callable[[], Any]] = (),
-    cluster: Any = None,
-    restart_on: str = "infrastructure",
-    **config_overrides: Any,
+    fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None, **options: Any
 ) -> RunHandle:
     """Like notebook_launch, but returns at once with a RunHandle (wait(), stop(), done, result).
 
-    view=True shows a live RunView whose Stop button stops this run; pass a RunView to reuse one.
+    It takes notebook_launch's keyword options except in_process (its signature says so: one list
+    of options for both). view=True shows a live RunView whose Stop button stops this run; pass a
+    RunView to reuse one.
     """
+    bound = _START_LAUNCH.bind(fn, args, kwargs, **options)
+    bound.apply_defaults()
+    options = dict(bound.arguments)
+    observers, poll_hooks, restart_on = options["observers"], options["poll_hooks"], options["restart_on"]
+    config_overrides = options["config_overrides"]
     check_restart_on(restart_on)
-    options = dict(locals())
-    shown = displayed_view(view)
+    shown = displayed_view(options["view"])
     if shown:
         options["observers"] = [*observers, shown]
         options["quiet"] = True
@@ -279,3 +266,14 @@ def start_launch(
     if shown:
         shown.attach(handle)
     return handle
+
+
+def _start_launch_signature() -> inspect.Signature:
+    """notebook_launch's signature less in_process, returning a RunHandle: what start_launch takes."""
+    signature = inspect.signature(notebook_launch)
+    kept = [p for name, p in signature.parameters.items() if name != "in_process"]
+    return signature.replace(parameters=kept, return_annotation="RunHandle")
+
+
+_START_LAUNCH = _start_launch_signature()
+start_launch.__signature__ = _START_LAUNCH  # type: ignore[attr-defined]
