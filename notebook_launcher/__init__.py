@@ -21,6 +21,7 @@ from .errors import (
     NetworkError,
     NotebookLauncherError,
 )
+from .view_factory import set_view_factory
 
 __version__ = "0.1.0"
 
@@ -119,6 +120,20 @@ _UNSUPPORTED = {
 }
 
 
+def _shown_run_view() -> Any:
+    """What `view=True` asks the launcher for: a new RunView, shown in the current cell."""
+    from IPython.display import display
+
+    from .widgets import RunView
+
+    shown = RunView()
+    display(shown)
+    return shown
+
+
+set_view_factory(_shown_run_view)
+
+
 def load_ipython_extension(ipython: Any) -> None:
     """`%load_ext notebook_launcher` registers the %ranks / %%ranks magics (see Ranks)."""
     from .interactive.magic import load_ipython_extension as load
@@ -133,8 +148,4 @@ def unload_ipython_extension(ipython: Any) -> None:
     unload(ipython)
 
 
-__getattr__: Any = face("notebook_launcher", globals(), _LAZY, _UNSUPPORTED)
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = face(__name__, globals(), _LAZY, _UNSUPPORTED)

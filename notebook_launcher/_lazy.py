@@ -18,8 +18,8 @@ class UnsupportedNameError(ImportError):
 
 def face(
     module_name: str, namespace: dict[str, Any], lazy: Mapping[str, str], unsupported: Mapping[str, str]
-) -> Callable[[str], Any]:
-    """The `__getattr__` of a lazy face module."""
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """The `__getattr__` and `__dir__` of a lazy face module (`__dir__` lists its `__all__`)."""
 
     def __getattr__(name: str) -> Any:
         source = lazy.get(name)
@@ -34,4 +34,7 @@ def face(
             )
         raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
 
-    return __getattr__
+    def __dir__() -> list[str]:
+        return sorted(namespace["__all__"])
+
+    return __getattr__, __dir__

@@ -17,9 +17,5 @@ _UNSUPPORTED = {
     "do_nothing": "an Accelerate internal (what on_main_process returns on other processes)",
 }
 
-__getattr__ = face("notebook_launcher.state", globals(), _LAZY, _UNSUPPORTED)
 __all__ = sorted(_LAZY)
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = face(__name__, globals(), _LAZY, _UNSUPPORTED)

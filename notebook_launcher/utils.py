@@ -16,33 +16,39 @@ _OPS = "notebook_launcher.runtime.ops"
 _UTILITIES = "notebook_launcher.runtime.utilities"
 
 _LAZY = {
+    # each name from the room that defines it (importing any of them loads the runtime)
     **dict.fromkeys(
         (
-            "AutocastKwargs",
-            "DataLoaderConfiguration",
-            "DeepSpeedPlugin",
-            "DistributedDataParallelKwargs",
-            "DistributedType",
-            "DynamoBackend",
-            "FullyShardedDataParallelPlugin",
-            "GradScalerKwargs",
-            "GradientAccumulationPlugin",
-            "InitProcessGroupKwargs",
             "KwargsHandler",
-            "PrecisionType",
+            "AutocastKwargs",
+            "DistributedDataParallelKwargs",
+            "GradScalerKwargs",
+            "InitProcessGroupKwargs",
             "ProfileKwargs",
-            "ProjectConfiguration",
-            "RNGType",
-            "TorchDynamoPlugin",
-            "find_executable_batch_size",
-            "release_memory",
-            "set_seed",
-            "skip_first_batches",
-            "synchronize_rng_state",
-            "synchronize_rng_states",
         ),
-        _RUNTIME,
+        f"{_RUNTIME}.accelerator.kwargs",
     ),
+    **dict.fromkeys(
+        (
+            "DeepSpeedPlugin",
+            "FullyShardedDataParallelPlugin",
+            "TorchDynamoPlugin",
+            "DynamoBackend",
+            "RNGType",
+        ),
+        f"{_RUNTIME}.accelerator.plugins",
+    ),
+    **dict.fromkeys(
+        ("DataLoaderConfiguration", "ProjectConfiguration", "GradientAccumulationPlugin"),
+        f"{_RUNTIME}.accelerator.configurations",
+    ),
+    **dict.fromkeys(("DistributedType", "PrecisionType", "LoggerType"), "notebook_launcher.config.enums"),
+    **dict.fromkeys(("synchronize_rng_state", "synchronize_rng_states"), f"{_RUNTIME}.world.rng_sync"),
+    **dict.fromkeys(
+        ("find_executable_batch_size", "release_memory", "should_reduce_batch_size"), f"{_RUNTIME}.memory"
+    ),
+    "set_seed": f"{_RUNTIME}.world.seed",
+    "skip_first_batches": f"{_RUNTIME}.accelerator.control_api",
     **dict.fromkeys(
         (
             "broadcast",
@@ -70,11 +76,9 @@ _LAZY = {
         ),
         _UTILITIES,
     ),
-    "should_reduce_batch_size": "notebook_launcher.runtime.memory",
     **dict.fromkeys(PROBES, "notebook_launcher.runtime.probes"),
     "copy_tensor_to_devices": _OPS,
     "DistributedOperationException": "notebook_launcher.errors",
-    "LoggerType": "notebook_launcher.config.enums",
     **dict.fromkeys(
         ("ParallelismConfig", "TorchTensorParallelConfig", "TorchContextParallelConfig"),
         "notebook_launcher.config.parallelism",
@@ -110,9 +114,5 @@ _UNSUPPORTED = {
     **_MORE_UNSUPPORTED,
 }
 
-__getattr__ = face("notebook_launcher.utils", globals(), _LAZY, _UNSUPPORTED)
 __all__ = sorted(_LAZY)
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = face(__name__, globals(), _LAZY, _UNSUPPORTED)

@@ -37,6 +37,13 @@ def accelerate_launch(args: list[str], *, cwd: Path, env: dict[str, str], timeou
     return finish(proc, timeout=timeout)
 
 
+def two_cpu_processes(mixed_precision: str, dynamo_backend: str, port: int) -> list[str]:
+    """`accelerate launch`'s flags for two processes on this machine (before the script)."""
+    flags = {"num_processes": "2", "num_machines": "1", "mixed_precision": mixed_precision}
+    flags |= {"dynamo_backend": dynamo_backend, "main_process_port": str(port)}
+    return ["--multi_gpu", *(part for name, value in flags.items() for part in (f"--{name}", value))]
+
+
 def launcher_variables(argv: list[str], tmp_path: Path) -> dict[str, str]:
     """The ACCELERATE_*/FSDP_* variables `accelerate launch ARGV script.py` gives its workers, computed by
     Accelerate's own launcher code (accelerate/utils/launch.py) without starting anything."""

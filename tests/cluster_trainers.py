@@ -183,3 +183,17 @@ def preemptible_steps(folder: str, steps: int = 30, every: int = 5, sleep: float
         time.sleep(sleep)
     weights = accelerator.unwrap_model(model).weight.detach().clone()
     return start, os.environ.get("SLURM_RESTART_COUNT", "0"), weights
+
+
+def failing_rank_error(where, folder: str):
+    """The WorkerError notebook_launch raises when rank 1 of 2 fails on cluster `where` (a test-side
+    helper: it runs in the test process, not on the cluster)."""
+    import pytest
+
+    from notebook_launcher import WorkerError, notebook_launch
+
+    with pytest.raises(WorkerError) as caught:
+        notebook_launch(
+            fail_on_rank_one, kwargs={"folder": folder}, num_processes=2, cluster=where, quiet=True
+        )
+    return caught.value

@@ -5,6 +5,7 @@ from __future__ import annotations
 import queue
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from jupyter_client.manager import KernelManager
 
@@ -91,3 +92,16 @@ class KernelSession:
     def close(self) -> None:
         self.kc.stop_channels()
         self.km.shutdown_kernel(now=True)
+
+
+def execute_notebook(nb, workdir: Path, cell_timeout: float) -> float:
+    """Run every cell of `nb` in a fresh python3 kernel started in workdir (nbclient; raises on the
+    first error); the seconds it took."""
+    import nbclient
+
+    client = nbclient.NotebookClient(
+        nb, timeout=cell_timeout, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}
+    )
+    start = time.monotonic()
+    client.execute()
+    return time.monotonic() - start

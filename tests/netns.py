@@ -136,8 +136,13 @@ def _wait_until_linked(hosts: tuple[Host, Host], limit: float = 10.0) -> None:
 
 def start_in(host: Host, argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen:
     """Start `argv` inside `host`'s namespace in its own session (a timeout can kill its whole group)."""
+    return popen_in_session(host.command(*argv), env, cwd)
+
+
+def popen_in_session(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen:
+    """`argv` with its output captured, in its own session (a timeout can kill its whole group)."""
     return subprocess.Popen(
-        host.command(*argv),
+        argv,
         cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,
@@ -145,6 +150,24 @@ def start_in(host: Host, argv: list[str], env: dict[str, str], cwd: Path) -> sub
         text=True,
         start_new_session=True,
     )
+
+
+def accelerator_all_reduce_script(last_fields: str) -> str:
+    """A script that all-reduces rank + 1 through Accelerator() and prints one RESULT line: the world's
+    source, index, processes, local index, the sum, then `last_fields` (Python expressions)."""
+    return f"""
+import json, os
+import torch, torch.distributed as dist
+from notebook_launcher import Accelerator
+from notebook_launcher.runtime.world.environments import detect_world
+source = detect_world().source
+acc = Accelerator()
+value = torch.tensor([float(acc.process_index + 1)])
+dist.all_reduce(value)
+print("RESULT " + json.dumps([source, acc.process_index, acc.num_processes, acc.local_process_index, value.item(),
+                              {last_fields}]), flush=True)
+acc.end_training()
+"""
 
 
 def finish_all(procs: list[subprocess.Popen], timeout: float) -> list[subprocess.CompletedProcess]:

@@ -13,6 +13,7 @@ from accelerate_helpers import (
     hf_accelerator_report,
     launcher_variables,
     reports,
+    two_cpu_processes,
 )
 from test_cli_helpers import cli_env, explain, free_port, run_cli
 
@@ -109,21 +110,7 @@ def test_accelerate_use_cpu_means_use_cpu():
 @pytest.mark.slow
 def test_our_accelerator_under_accelerate_launch(tmp_path):
     (tmp_path / "ours.py").write_text(OURS_SCRIPT)
-    args = [
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "bf16",
-        "--dynamo_backend",
-        "eager",
-        "--main_process_port",
-        str(free_port()),
-        "ours.py",
-        str(tmp_path / "out"),
-    ]
+    args = [*two_cpu_processes("bf16", "eager", free_port()), "ours.py", str(tmp_path / "out")]
     result = accelerate_launch(args, cwd=tmp_path, env=accelerate_env(tmp_path))
     assert result.returncode == 0, explain(result)
     for rank, report in enumerate(reports(tmp_path / "out")):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from accelerate_helpers import accelerate_env, accelerate_launch
+from accelerate_helpers import accelerate_env, accelerate_launch, two_cpu_processes
 from safetensors.torch import load_file
 from test_cli_helpers import cli_env, explain, free_port, run_cli
 
@@ -18,17 +18,7 @@ SCRIPT = str(Path(__file__).resolve().parent.parent / "examples" / "accelerate_s
 
 def _run_accelerate(tmp_path: Path, extra: list[str]) -> None:
     args = [
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--main_process_port",
-        str(free_port()),
+        *two_cpu_processes("no", "no", free_port()),
         SCRIPT,
         "--library",
         "accelerate",

@@ -11,24 +11,16 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from browser_support import JUPYTERLAB_ONLY
+from browser_support import ARTIFACTS, BROWSER_TEST, JUPYTERLAB_ONLY
 from browser_support import jupyterlab as jl
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not Path(jl.CHROMIUM).exists(), reason=f"{jl.CHROMIUM} missing: apt-get install -y chromium"
-    ),
-]
+pytestmark = BROWSER_TEST
 
 ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "test-artifacts"
 
 
 def _refresh_doc_image(shot: Path, name: str) -> None:
@@ -127,29 +119,17 @@ notebook_launch(sleepy, num_processes=2, view=True)  # blocks: Stop must still r
 
 @pytest.fixture(scope="module")
 def scratch():
-    """Own temp dir: pytest's shared basetemp can be pruned by another pytest run on the machine."""
-    with tempfile.TemporaryDirectory(prefix="nl-browser-") as path:
-        yield Path(path)
+    yield from jl.scratch_dir("nl-browser-")
 
 
 @pytest.fixture(scope="module")
 def notebook_dir(scratch):
-    import nbformat
-    from nbformat.v4 import new_code_cell, new_notebook
-
-    root = scratch / "lab-root"
-    root.mkdir()
-    kernelspec = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
     notebooks = {
         "panel.ipynb": [SETUP_CELL, LONG_CELL],
         "blocking.ipynb": [LIGHT_SETUP + SLEEPY, BLOCKING_CELL],
         "failing.ipynb": [FAILING_SETUP, FAILING_CELL],
     }
-    for name, cells in notebooks.items():
-        nb = new_notebook(cells=[new_code_cell(code.strip()) for code in cells])
-        nb.metadata["kernelspec"] = kernelspec
-        nbformat.write(nb, root / name)
-    return root
+    return jl.lab_root(scratch, {name: [code.strip() for code in cells] for name, cells in notebooks.items()})
 
 
 @pytest.fixture

@@ -92,3 +92,34 @@ def run_cli(
 def explain(result: subprocess.CompletedProcess) -> str:
     """What to show when an assertion about a CLI run fails."""
     return f"exit {result.returncode}\n--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
+
+
+def two_machines_here(fn, master_addr: str, port: int) -> dict:
+    """notebook_launch(fn) as two one-process "machines" in threads of this process (machine 1
+    first, each started 0.2 s apart); their results by machine rank."""
+    import threading
+    import time
+
+    from notebook_launcher import notebook_launch
+
+    results = {}
+
+    def node(rank):
+        results[rank] = notebook_launch(
+            fn,
+            num_processes=1,
+            num_nodes=2,
+            node_rank=rank,
+            master_addr=master_addr,
+            master_port=port,
+            quiet=True,
+            timeout=60,
+        )
+
+    threads = [threading.Thread(target=node, args=(rank,)) for rank in (1, 0)]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.2)
+    for thread in threads:
+        thread.join(90)
+    return results

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from netns import clean_env, explain, finish_all
+from netns import accelerator_all_reduce_script, clean_env, explain, finish_all, popen_in_session
 from test_cli_helpers import free_port
 
 from notebook_launcher.system.network import port_is_free
@@ -25,31 +25,11 @@ def slurm_port(job: int) -> int:
 
 pytestmark = pytest.mark.slow
 
-SCRIPT = """
-import json, os
-import torch, torch.distributed as dist
-from notebook_launcher import Accelerator
-from notebook_launcher.runtime.world.environments import detect_world
-source = detect_world().source
-acc = Accelerator()
-value = torch.tensor([float(acc.process_index + 1)])
-dist.all_reduce(value)
-print("RESULT " + json.dumps([source, acc.process_index, acc.num_processes, acc.local_process_index, value.item(),
-                              os.environ["RANK"], os.environ["MASTER_ADDR"]]), flush=True)
-acc.end_training()
-"""
+SCRIPT = accelerator_all_reduce_script('os.environ["RANK"], os.environ["MASTER_ADDR"]')
 
 
 def _start(env: dict[str, str], cwd, argv=None) -> subprocess.Popen:
-    return subprocess.Popen(
-        argv or [sys.executable, "train.py"],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    return popen_in_session(argv or [sys.executable, "train.py"], env, cwd)
 
 
 def _results(done) -> list:

@@ -3,22 +3,12 @@ each rank's output appears in the cell, and the cell is highlighted as Python.""
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
 import pytest
+from browser_support import ARTIFACTS, BROWSER_TEST
 from browser_support import jupyterlab as jl
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not Path(jl.CHROMIUM).exists(), reason=f"{jl.CHROMIUM} missing: apt-get install -y chromium"
-    ),
-]
+pytestmark = BROWSER_TEST
 
-ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "test-artifacts"
 CELLS = [
     "%load_ext notebook_launcher\n%ranks start 2",
     "%%ranks\nimport torch.distributed as dist\nfor step in range(3):\n    print(f'step {step} on rank {dist.get_rank()}')",
@@ -45,25 +35,12 @@ OUTPUT_TEXT = r"""(index) => {
 
 @pytest.fixture(scope="module")
 def scratch():
-    with tempfile.TemporaryDirectory(prefix="nl-ranks-browser-") as path:
-        yield Path(path)
+    yield from jl.scratch_dir("nl-ranks-browser-")
 
 
 @pytest.fixture(scope="module")
 def notebook_dir(scratch):
-    import nbformat
-    from nbformat.v4 import new_code_cell, new_notebook
-
-    root = scratch / "lab-root"
-    root.mkdir()
-    nb = new_notebook(cells=[new_code_cell(code) for code in CELLS])
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3 (ipykernel)",
-        "language": "python",
-    }
-    nbformat.write(nb, root / "ranks.ipynb")
-    return root
+    return jl.lab_root(scratch, {"ranks.ipynb": CELLS})
 
 
 def test_a_ranks_cell_shows_every_ranks_output_and_is_highlighted_as_python(

@@ -64,18 +64,19 @@ def _options(world: int):
         yield batch_size, split, even, drop_last
 
 
+def _shape(rank, world, batch_size, split, even, drop_last) -> dict:
+    """The keyword arguments shard_stream, steps_in_stream and plan_epoch share."""
+    names = ("rank", "world_size", "batch_size", "split_batches", "even_batches", "drop_last")
+    return dict(zip(names, (rank, world, batch_size, split, even, drop_last), strict=True))
+
+
 def _steps(n, world, batch_size, split, even, drop_last, size_of=None, items=None):
     return [
         list(
             shard_stream(
                 range(n) if items is None else items,
-                rank=rank,
-                world_size=world,
-                batch_size=batch_size,
-                split_batches=split,
-                even_batches=even,
-                drop_last=drop_last,
                 size_of=size_of,
+                **_shape(rank, world, batch_size, split, even, drop_last),
             )
         )
         for rank in range(world)
@@ -103,13 +104,7 @@ def test_every_length_gives_even_steps_and_gathers_exactly_the_stream(world):
         per_round = batch_size if split else batch_size * world
         for rank, rank_steps in enumerate(steps):
             assert counts[rank] == steps_in_stream(
-                n,
-                rank=rank,
-                world_size=world,
-                batch_size=batch_size,
-                split_batches=split,
-                even_batches=even,
-                drop_last=drop_last,
+                n, **_shape(rank, world, batch_size, split, even, drop_last)
             ), case
             assert [s.last for s in rank_steps] == [False] * (len(rank_steps) - 1) + [True] * bool(
                 rank_steps
@@ -136,15 +131,7 @@ def test_a_stream_is_dealt_as_the_same_samples_in_a_map_style_dataset(world):
         if drop_last and len(batches[-1]) < batch_size:
             batches.pop()
         for rank, rank_steps in enumerate(_steps(n, world, batch_size, split, even, drop_last)):
-            plan = plan_epoch(
-                batches,
-                rank=rank,
-                world_size=world,
-                batch_size=batch_size,
-                split_batches=split,
-                even_batches=even,
-                drop_last=drop_last,
-            )
+            plan = plan_epoch(batches, **_shape(rank, world, batch_size, split, even, drop_last))
             case = f"n={n} rank={rank} batch_size={batch_size} split={split} even={even} drop={drop_last}"
             assert [s.items for s in rank_steps] == plan.batches, case
             padded = rank_steps[-1].real if rank_steps else None

@@ -4,13 +4,9 @@
 import json
 import subprocess
 import sys
-import threading
-import time
 
 import torch
-from test_cli_helpers import free_port
-
-from notebook_launcher import notebook_launch
+from test_cli_helpers import free_port, two_machines_here
 
 
 def two_node_all_reduce():
@@ -25,27 +21,7 @@ def two_node_all_reduce():
 
 
 def test_two_nodes_over_loopback():
-    port = free_port()
-    results = {}
-
-    def node(rank):
-        results[rank] = notebook_launch(
-            two_node_all_reduce,
-            num_processes=1,
-            num_nodes=2,
-            node_rank=rank,
-            master_addr="127.0.0.1",
-            master_port=port,
-            quiet=True,
-            timeout=60,
-        )
-
-    threads = [threading.Thread(target=node, args=(r,)) for r in (1, 0)]
-    for t in threads:
-        t.start()
-        time.sleep(0.2)
-    for t in threads:
-        t.join(90)
+    results = two_machines_here(two_node_all_reduce, "127.0.0.1", free_port())
     assert list(results[0]) == [(2, 0, 3.0)]
     assert list(results[1]) == [(2, 1, 3.0)]
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
-import time
 
 import psutil
 import pytest
 import torch  # noqa: F401 - imported before two launches start in threads (a concurrent first import fails)
-from test_cli_helpers import cli_env, explain, free_port, run_cli
+from test_cli_helpers import cli_env, explain, free_port, run_cli, two_machines_here
 
 from notebook_launcher import notebook_launch
 from notebook_launcher.system.store import ALL_INTERFACES, LOOPBACK, store_bind_address
@@ -51,26 +49,7 @@ def _non_loopback_address() -> str:
 
 def test_several_machines_store_listens_on_the_address_given_for_machine_zero():
     address, port = _non_loopback_address(), free_port()
-    results = {}
-
-    def node(rank):
-        results[rank] = notebook_launch(
-            store_listeners,
-            num_processes=1,
-            num_nodes=2,
-            node_rank=rank,
-            master_addr=address,
-            master_port=port,
-            quiet=True,
-            timeout=60,
-        )
-
-    threads = [threading.Thread(target=node, args=(rank,)) for rank in (1, 0)]
-    for thread in threads:
-        thread.start()
-        time.sleep(0.2)
-    for thread in threads:
-        thread.join(90)
+    results = two_machines_here(store_listeners, address, port)
     # Both "machines" are this process here; machine 0's store is the only listener on the port.
     assert list(results[0]) == [[address]] and list(results[1]) == [[address]]
 

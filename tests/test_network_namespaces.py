@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from netns import clean_env, explain, finish_all, start_in, two_hosts
+from netns import accelerator_all_reduce_script, clean_env, explain, finish_all, start_in, two_hosts
 
 pytestmark = pytest.mark.slow
 
@@ -48,19 +48,8 @@ print("RESULT " + json.dumps([dist.get_rank(), dist.get_world_size(), value.item
 dist.destroy_process_group()
 """
 
-ACCELERATOR_SCRIPT = """
-import json, os
-import torch, torch.distributed as dist
-from notebook_launcher import Accelerator
-from notebook_launcher.runtime.world.environments import detect_world
-source = detect_world().source
-acc = Accelerator()
-value = torch.tensor([float(acc.process_index + 1)])
-dist.all_reduce(value)
-print("RESULT " + json.dumps([source, acc.process_index, acc.num_processes, acc.local_process_index, value.item(),
-                              os.environ.get("GLOO_SOCKET_IFNAME")]))
-acc.end_training()
-"""
+CLI_LAUNCH = [sys.executable, "-m", "notebook_launcher", "launch"]
+ACCELERATOR_SCRIPT = accelerator_all_reduce_script('os.environ.get("GLOO_SOCKET_IFNAME")')
 
 
 @pytest.fixture(scope="module")
@@ -107,10 +96,7 @@ def test_cli_launch_forms_one_world_across_two_hosts(hosts, tmp_path):
         start_in(
             host,
             [
-                sys.executable,
-                "-m",
-                "notebook_launcher",
-                "launch",
+                *CLI_LAUNCH,
                 "--num_machines",
                 "2",
                 "--machine_rank",
@@ -215,10 +201,7 @@ def test_the_cli_inside_sbatch_takes_its_machines_from_slurm(hosts, tmp_path):
         start_in(
             host,
             [
-                sys.executable,
-                "-m",
-                "notebook_launcher",
-                "launch",
+                *CLI_LAUNCH,
                 "--num_processes",
                 "4",
                 "--cpu",

@@ -12,10 +12,10 @@ import json
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from kernel_session import execute_notebook
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -41,12 +41,7 @@ NOTEBOOK_BUDGET_S = 120  # issue 7: each notebook runs in under 2 minutes on 2 C
 # --------------------------------------------------------------------------- running notebooks
 def execute(nb, workdir: Path):
     """Run every cell in a fresh python3 kernel started in workdir; raise on the first error."""
-    client = nbclient.NotebookClient(
-        nb, timeout=CELL_TIMEOUT, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}
-    )
-    start = time.monotonic()
-    client.execute()
-    took = time.monotonic() - start
+    took = execute_notebook(nb, workdir, CELL_TIMEOUT)
     assert took < NOTEBOOK_BUDGET_S, (
         f"the notebook took {took:.0f} s; each must run in under 2 minutes on 2 cores"
     )

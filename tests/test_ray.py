@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from cluster_trainers import alive, all_reduce_and_train, fail_on_rank_one, recorded_pids, run_forever
+from cluster_trainers import alive, all_reduce_and_train, failing_rank_error, recorded_pids, run_forever
 from kernel_session import KernelSession
 from ray_support import local_ray
 
-from notebook_launcher import LaunchStopped, RayCluster, WorkerError, notebook_launch, start_launch
+from notebook_launcher import LaunchStopped, RayCluster, notebook_launch, start_launch
 
 pytestmark = pytest.mark.slow
 
@@ -60,11 +60,7 @@ def test_every_rank_returns_and_trains_like_a_local_launch(where, tmp_path, caps
 
 
 def test_a_failing_rank_raises_worker_error_and_leaves_nothing(where, tmp_path):
-    with pytest.raises(WorkerError) as caught:
-        notebook_launch(
-            fail_on_rank_one, kwargs={"folder": str(tmp_path)}, num_processes=2, cluster=where, quiet=True
-        )
-    error = caught.value
+    error = failing_rank_error(where, str(tmp_path))
     assert error.rank == 1 and error.exc_type == "ValueError"
     assert "boom on rank one" in error.traceback and "fail_on_rank_one" in error.traceback
     assert isinstance(error.exception, ValueError)

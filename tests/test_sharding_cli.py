@@ -32,25 +32,17 @@ accelerator.end_training()
 """
 
 
+def _launch_train(tmp_path, flags: list[str], timeout: float):
+    """`notebook-launcher launch <flags> --num_processes 2 train.py <tmp_path>/ckpt` in tmp_path."""
+    argv = ["launch", *flags, "--num_processes", "2", "train.py", str(tmp_path / "ckpt")]
+    return run_cli(argv, cwd=tmp_path, timeout=timeout)
+
+
 @pytest.mark.slow
 def test_fsdp_flags_with_sharded_checkpoints(tmp_path):
     (tmp_path / "train.py").write_text(TRAIN)
-    result = run_cli(
-        [
-            "launch",
-            "--use_fsdp",
-            "--fsdp_transformer_layer_cls_to_wrap",
-            "TransformerEncoderLayer",
-            "--fsdp_state_dict_type",
-            "SHARDED_STATE_DICT",
-            "--num_processes",
-            "2",
-            "train.py",
-            str(tmp_path / "ckpt"),
-        ],
-        cwd=tmp_path,
-        timeout=180,
-    )
+    fsdp_flags = ["--use_fsdp", "--fsdp_transformer_layer_cls_to_wrap", "TransformerEncoderLayer"]
+    result = _launch_train(tmp_path, [*fsdp_flags, "--fsdp_state_dict_type", "SHARDED_STATE_DICT"], 180)
     assert result.returncode == 0, explain(result)
     assert "trained rank=0 type=FSDP" in result.stdout and "trained rank=1 type=FSDP" in result.stdout
     shards = sorted(p.name for p in (tmp_path / "ckpt" / "pytorch_model_fsdp_0").glob("*.distcp"))
@@ -72,19 +64,7 @@ def test_deepspeed_json_file_through_the_cli(tmp_path):
             }
         )
     )
-    result = run_cli(
-        [
-            "launch",
-            "--deepspeed",
-            "ds_config.json",
-            "--num_processes",
-            "2",
-            "train.py",
-            str(tmp_path / "ckpt"),
-        ],
-        cwd=tmp_path,
-        timeout=300,
-    )
+    result = _launch_train(tmp_path, ["--deepspeed", "ds_config.json"], 300)
     assert result.returncode == 0, explain(result)
     # The two ranks share one stdout, so their lines may interleave: find the reports, not lines.
     reports = re.findall(r"trained rank=(\d) type=(\w+) params=(\d+)", result.stdout)

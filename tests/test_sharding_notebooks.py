@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 
 import pytest
+from kernel_session import execute_notebook
 from noise_floor import FLOOR_MULTIPLE, FLOOR_ULPS, assert_losses_within_floor, ulp
 
 nbformat = pytest.importorskip("nbformat")
@@ -36,12 +36,7 @@ def run(name: str, facts_expression: str, workdir: Path) -> tuple[dict, str]:
     nb.cells.append(
         nbformat.v4.new_code_cell(f"import json as _j\nprint({FACTS!r} + _j.dumps({facts_expression}))")
     )
-    client = nbclient.NotebookClient(
-        nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}
-    )
-    start = time.monotonic()
-    client.execute()
-    took = time.monotonic() - start
+    took = execute_notebook(nb, workdir, 240)
     assert took < 120, f"{name} took {took:.0f} s; each notebook must run in under 2 minutes on 2 cores"
     text = "".join(
         o.get("text", "")

@@ -17,7 +17,7 @@ from cluster_trainers import (
     alive,
     all_reduce_and_train,
     checkpointed_steps,
-    fail_on_rank_one,
+    failing_rank_error,
     preemptible_steps,
     recorded_pids,
     run_forever,
@@ -107,11 +107,7 @@ def test_a_killed_kernel_ends_its_job(slurm, tmp_path):
 
 
 def test_a_failing_rank_raises_worker_error(where, tmp_path):
-    with pytest.raises(WorkerError) as caught:
-        notebook_launch(
-            fail_on_rank_one, kwargs={"folder": str(tmp_path)}, num_processes=2, cluster=where, quiet=True
-        )
-    error = caught.value
+    error = failing_rank_error(where, str(tmp_path))
     assert error.rank == 1 and error.exc_type == "ValueError"
     assert "boom on rank one" in error.traceback and "fail_on_rank_one" in error.traceback
     assert alive(recorded_pids(str(tmp_path))) == set()

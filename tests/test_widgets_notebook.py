@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 
 import pytest
+from kernel_session import execute_notebook
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -23,12 +23,7 @@ STATE = "application/vnd.jupyter.widget-state+json"
 
 def execute(nb, workdir: Path):
     """Run every cell in a fresh kernel; return (notebook, widget models by model name)."""
-    client = nbclient.NotebookClient(
-        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}
-    )
-    start = time.monotonic()
-    client.execute()
-    took = time.monotonic() - start
+    took = execute_notebook(nb, workdir, 120)
     assert took < 120, f"the notebook took {took:.0f} s; each must run in under 2 minutes on 2 cores"
     models: dict[str, list[dict]] = {}
     for model in nb.metadata["widgets"][STATE]["state"].values():

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import cloudpickle
 
-from ..launch.events import MetricLogged, OutputLine, RunFinished, RunStarted
+from ..launch.events import MetricLogged, OutputLine, RunFinished, RunStarted, poll_hooks_ask_stop
 from ..launch.result import LaunchResult, LaunchStopped, LaunchTimeout, RankFailure, WorkerError, metric_row
 from .node import NodeJob, NodeOutcome
 
@@ -108,7 +108,7 @@ class ClusterRun:
             if reason is None:
                 if any(outcome.status != "done" for outcome in finished.values()):
                     reason = "failure"
-                elif self.should_stop() or self._hook_requested_stop():
+                elif self.should_stop() or poll_hooks_ask_stop(self.poll_hooks):
                     reason = "stopped"
                 if reason is not None:
                     self.backend.stop()
@@ -118,15 +118,6 @@ class ClusterRun:
             if len(self.outcomes) < self.job.num_nodes:
                 time.sleep(POLL_SECONDS)
         return reason
-
-    def _hook_requested_stop(self) -> bool:
-        requested = False
-        for hook in self.poll_hooks:
-            try:
-                requested = bool(hook()) or requested
-            except Exception:
-                pass
-        return requested
 
     def _record(self, event: Any) -> None:
         if isinstance(event, OutputLine):

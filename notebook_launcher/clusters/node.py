@@ -8,6 +8,7 @@ runs it in the task's own process (slurm_task.py).
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import threading
 import time
@@ -155,19 +156,7 @@ def _portable(failure: RankFailure) -> RankFailure:
         cloudpickle.dumps(exception)
     except Exception:
         exception = None
-    return RankFailure(
-        rank=failure.rank,
-        exitcode=failure.exitcode,
-        exc_type=failure.exc_type,
-        message=failure.message,
-        traceback=failure.traceback,
-        time=wall,
-        exception=exception,
-        output_tail=failure.output_tail,
-        secondary=failure.secondary,
-        description=failure.description,
-        frames=failure.frames,
-    )
+    return dataclasses.replace(failure, time=wall, exception=exception)
 
 
 def _warm_up(config: LaunchConfig) -> None:

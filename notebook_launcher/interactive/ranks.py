@@ -243,16 +243,8 @@ def plan_group(
         warm_up(cfg)
     addr, port, store = planning.rendezvous(cfg, 1)
     specs = planning.make_specs(cfg, nproc, (addr, port), None)
-    context, pool = planning.start_context(method)
-    return LaunchPlan(
-        context=context,
-        pool=pool,
-        start_method=method,
-        specs=specs,
-        target=None,
-        world_size=nproc,
-        config=cfg,
-        store=store,
+    return planning.plan_started_by(
+        method, specs=specs, target=None, world_size=nproc, config=cfg, store=store
     )
 
 

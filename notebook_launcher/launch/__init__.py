@@ -7,9 +7,9 @@ workers (supervise/), run the child's side (worker/), handle what goes wrong (fa
 as IPython would (traceback_view.py, colour.py). Events (events.py) feed observers such as the
 RunView.
 
-Imports: config, system, errors; the runtime only inside workers and for the collective records.
-Imported by the public face, widgets, clusters and interactive. Never by runtime or cli. Widgets
-only lazily, for view=True.
+Imports: config, system, estimate, errors; the runtime only inside workers and for the collective
+records. Imported by the public face, widgets, clusters and interactive. Never by runtime or cli.
+Never imports the widgets: view=True asks view_factory.py for the view the public face registered.
 """
 
 from .handle import RunHandle

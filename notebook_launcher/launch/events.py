@@ -6,6 +6,7 @@ and must return quickly. Workers produce these through the parent<->worker chann
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -117,3 +118,18 @@ Event = (
 
 class Observer(Protocol):
     def __call__(self, event: Event) -> None: ...
+
+
+def poll_hooks_ask_stop(hooks: Iterable[Callable[[], Any]]) -> bool:
+    """Run every poll hook (the RunView's pump, a cell's own); True when one asks to stop the run.
+
+    Every hook runs each turn even after one asked (each pumps its own events), and a hook that
+    raises is ignored: a broken widget must not break the launch it watches.
+    """
+    requested = False
+    for hook in hooks:
+        try:
+            requested = bool(hook()) or requested
+        except Exception:
+            pass
+    return requested

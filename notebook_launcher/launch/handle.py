@@ -13,6 +13,7 @@ from .faults.hang_report import HangReport
 from .faults.restarts import RestartingRun
 from .planning import LaunchPlan
 from .result import LaunchResult
+from .supervise.supervisor import Watch
 
 
 def collect_result(run: RestartingRun) -> LaunchResult:
@@ -53,7 +54,7 @@ class RunHandle:
         self._runner = runner
         if runner is None:
             assert plan is not None
-            self._attempts = RestartingRun(plan, observers, poll_hooks, self._stop.is_set, restart_on)
+            self._attempts = RestartingRun(plan, Watch(observers, poll_hooks, self._stop.is_set), restart_on)
         self._plan = plan
         self._error: BaseException | None = None
         self.result: LaunchResult | None = None

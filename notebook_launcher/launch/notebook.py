@@ -7,16 +7,19 @@ holds CUDA, spawn with the function cloudpickled by value. The kernel is left ex
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..errors import ConfigError
+from ..view_factory import displayed_view
 from . import planning
 from .faults.restarts import RestartingRun, check_restart_on
 from .handle import RunHandle, collect_result
 from .output import CellPrinter
 from .planning import LaunchPlan
 from .result import LaunchResult
+from .supervise.supervisor import Watch
 from .warm.warmup import warm_up
 from .worker.payload import pickle_target
 
@@ -48,11 +51,8 @@ def _prepare(
     network_env, reach_main = planning.machine_network(cfg, say)
     addr, port, store = planning.rendezvous(cfg, cfg.num_machines)
     specs = planning.make_specs(cfg, nproc, (addr, port), payload, network_env)
-    context, pool = planning.start_context(method)
-    return LaunchPlan(
-        context=context,
-        pool=pool,
-        start_method=method,
+    return planning.plan_started_by(
+        method,
         specs=specs,
         target=target,
         world_size=nproc * cfg.num_machines,
@@ -90,22 +90,6 @@ def _plan_and_watchers(fn, args, kwargs, options: dict[str, Any], config_overrid
     observers = list(options["observers"])
     watchers = observers if options["quiet"] else [CellPrinter(options["show_ranks"]), *observers]
     return plan, watchers
-
-
-def _displayed_view(view: Any) -> Any:
-    """The RunView that view= asks for: a new one shown in the cell (True), or the caller's own.
-
-    The only place the launcher touches widgets, and only when asked (the arrow is widgets -> launch).
-    """
-    if view is not True:
-        return view
-    from IPython.display import display
-
-    from ..widgets import RunView
-
-    shown = RunView()
-    display(shown)
-    return shown
 
 
 def notebook_launch(
@@ -171,7 +155,7 @@ def notebook_launch(
     if in_process and cluster is None:
         _reject_for_in_process(options)
         return _launch_in_process(fn, args, kwargs, num_processes, config, mixed_precision, config_overrides)
-    shown = _displayed_view(view)
+    shown = displayed_view(view)
     if shown:
         options["observers"] = [*observers, shown]
         poll_hooks = [*poll_hooks, shown.poll]
@@ -180,7 +164,7 @@ def notebook_launch(
     if remote is not None:
         return remote.run()
     plan, watchers = _plan_and_watchers(fn, args, kwargs, options, config_overrides)
-    run = RestartingRun(plan, watchers, poll_hooks, restart_on=restart_on)
+    run = RestartingRun(plan, Watch(watchers, poll_hooks), restart_on=restart_on)
     run.run()
     result = collect_result(run)
     if not options["quiet"] and not result.performance.balanced:
@@ -258,35 +242,21 @@ def _launch_in_process(fn, args, kwargs, num_processes, config, mixed_precision,
 
 
 def start_launch(
-    fn: Callable[..., Any],
-    args: Sequence[Any] = (),
-    kwargs: dict[str, Any] | None = None,
-    *,
-    num_processes: int | None = None,
-    mixed_precision: str | None = None,
-    config: Any = None,
-    start_method: str = "auto",
-    timeout: float | None = None,
-    num_nodes: int | None = None,
-    node_rank: int | None = None,
-    master_addr: str | None = None,
-    master_port: int | None = None,
-    show_ranks: int | Iterable[int] | None = None,
-    quiet: bool = False,
-    view: Any = False,
-    observers: Sequence[Callable[[Any], None]] = (),
-    poll_hooks: Sequence[Callable[[], Any]] = (),
-    cluster: Any = None,
-    restart_on: str = "infrastructure",
-    **config_overrides: Any,
+    fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None, **options: Any
 ) -> RunHandle:
     """Like notebook_launch, but returns at once with a RunHandle (wait(), stop(), done, result).
 
-    view=True shows a live RunView whose Stop button stops this run; pass a RunView to reuse one.
+    It takes notebook_launch's keyword options except in_process (its signature says so: one list
+    of options for both). view=True shows a live RunView whose Stop button stops this run; pass a
+    RunView to reuse one.
     """
+    bound = _START_LAUNCH.bind(fn, args, kwargs, **options)
+    bound.apply_defaults()
+    options = dict(bound.arguments)
+    observers, poll_hooks, restart_on = options["observers"], options["poll_hooks"], options["restart_on"]
+    config_overrides = options["config_overrides"]
     check_restart_on(restart_on)
-    options = dict(locals())
-    shown = _displayed_view(view)
+    shown = displayed_view(options["view"])
     if shown:
         options["observers"] = [*observers, shown]
         options["quiet"] = True
@@ -299,3 +269,14 @@ def start_launch(
     if shown:
         shown.attach(handle)
     return handle
+
+
+def _start_launch_signature() -> inspect.Signature:
+    """notebook_launch's signature less in_process, returning a RunHandle: what start_launch takes."""
+    signature = inspect.signature(notebook_launch)
+    kept = [p for name, p in signature.parameters.items() if name != "in_process"]
+    return signature.replace(parameters=kept, return_annotation="RunHandle")
+
+
+_START_LAUNCH = _start_launch_signature()
+start_launch.__signature__ = _START_LAUNCH  # type: ignore[attr-defined]

@@ -51,15 +51,16 @@ def check_call(fn: Any, args: Any, timeout: Any) -> None:
         raise ConfigError(f"timeout={timeout!r} must be a positive number of seconds.")
 
 
-def start_context(method: str) -> tuple[Any, Any]:
-    """(multiprocessing context, warm pool or None) the workers start from: "forkserver" means the
-    warm pool (its server, torch preloaded), any other method torch's own context."""
+def plan_started_by(method: str, **fields: Any) -> LaunchPlan:
+    """The LaunchPlan of `fields` whose workers start by `method`: "forkserver" means the warm pool
+    (its server, torch preloaded), any other method torch's own multiprocessing context."""
     import torch.multiprocessing as mp
 
     from .warm.pool import warm_pool
 
     pool = warm_pool() if method == "forkserver" else None
-    return (pool.ensure_server() if pool else mp.get_context(method)), pool
+    context = pool.ensure_server() if pool else mp.get_context(method)
+    return LaunchPlan(context=context, pool=pool, start_method=method, **fields)
 
 
 def build_config(config: Any, overrides: dict[str, Any]) -> LaunchConfig:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, overload
 
 from ..errors import NotebookLauncherError
@@ -17,6 +17,7 @@ STARTUP_HINT = (
 )
 
 
+@dataclass(eq=False, repr=False)
 class LaunchResult(Sequence):
     """Every local rank's return value in rank order, plus each rank's output and logged metrics.
 
@@ -28,29 +29,22 @@ class LaunchResult(Sequence):
     `result.performance` each rank's step breakdown and the straggler verdict (estimate/performance.py).
     """
 
-    def __init__(
-        self,
-        values: list[Any],
-        *,
-        ranks: list[int],
-        logs: dict[int, str],
-        metrics: list[dict[str, Any]],
-        duration: float,
-        start_method: str,
-        world_size: int,
-        memory: dict[int, list[dict[str, Any]]] | None = None,
-    ) -> None:
-        self.values = values
-        self.ranks = ranks
-        self.logs = logs
-        self.metrics = metrics
-        self.duration = duration
-        self.start_method = start_method
-        self.world_size = world_size
-        self.restarts = 0  # how many times the ranks were started again (max_restarts)
-        self.failures: list[Exception] = []  # the error that ended each earlier attempt
-        self.memory = memory if memory is not None else {}
-        self.performance: Any = None  # an estimate.performance.PerformanceReport (docs/performance.md)
+    values: list[Any]
+    _: KW_ONLY
+    ranks: list[int]
+    logs: dict[int, str]
+    metrics: list[dict[str, Any]]
+    duration: float
+    start_method: str
+    world_size: int
+    memory: dict[int, list[dict[str, Any]]] | None = None
+    restarts: int = field(default=0, init=False)  # how many times the ranks were started again (max_restarts)
+    failures: list[Exception] = field(default_factory=list, init=False)  # what ended each earlier attempt
+    performance: Any = field(default=None, init=False)  # an estimate.performance.PerformanceReport
+
+    def __post_init__(self) -> None:
+        if self.memory is None:
+            self.memory = {}
 
     @overload
     def __getitem__(self, index: int) -> Any: ...

@@ -7,6 +7,9 @@ LabServer), never fixed sleeps.
 from __future__ import annotations
 
 import re
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's package; Playwright is not allowed to download a browser
@@ -53,6 +56,32 @@ WIDGET_OUTPUTS = r"""() => {
 
 WIDGET_REPR = re.compile(r"^[A-Z]\w*\((children|description|value|options|layout|outputs)=")
 BAD_TEXTS = ("Loading widget...", "Error displaying widget", "Model not found", "Failed to load model class")
+
+
+def scratch_dir(prefix: str) -> Iterator[Path]:
+    """An own temp dir for a module's fixture (`yield from`): pytest's shared basetemp can be pruned
+    by another pytest run on the machine."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as path:
+        yield Path(path)
+
+
+def lab_root(scratch: Path, notebooks: dict[str, list[str]]) -> Path:
+    """scratch/lab-root holding each notebook of `notebooks` (name -> its cells' code) for the
+    python3 kernel, so JupyterLab opens it without asking for a kernel."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    root = scratch / "lab-root"
+    root.mkdir()
+    for name, cells in notebooks.items():
+        nb = new_notebook(cells=[new_code_cell(code) for code in cells])
+        nb.metadata["kernelspec"] = {
+            "name": "python3",
+            "display_name": "Python 3 (ipykernel)",
+            "language": "python",
+        }
+        nbformat.write(nb, root / name)
+    return root
 
 
 def launch_browser(playwright: Any, profile_dir: str, viewport: tuple[int, int] = (1400, 1000)) -> Any:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...errors import ConfigError
@@ -20,7 +19,7 @@ from .. import planning
 from ..events import ProgressUpdate, RunRestarting
 from ..planning import LaunchPlan
 from ..result import LaunchPreempted, RankFailure, RendezvousStalled, RunRecord, WorkerError
-from ..supervise.supervisor import Supervisor
+from ..supervise.supervisor import Supervisor, Watch
 from .launcher_signals import LauncherSignals
 from .rendezvous_watch import RETRIES as RENDEZVOUS_RETRIES
 
@@ -75,18 +74,10 @@ def fresh_plan(plan: LaunchPlan, attempt: int) -> LaunchPlan:
 class RestartingRun:
     """Supervises attempts until one ends without a restartable failure; `supervisor` is the last."""
 
-    def __init__(
-        self,
-        plan: LaunchPlan,
-        observers: Sequence[Callable[[Any], None]] = (),
-        poll_hooks: Sequence[Callable[[], Any]] = (),
-        should_stop: Callable[[], bool] | None = None,
-        restart_on: str = "infrastructure",
-    ) -> None:
+    def __init__(self, plan: LaunchPlan, watch: Watch, restart_on: str = "infrastructure") -> None:
         self.plan = plan
-        self.observers = [*observers, self._watch_progress]
-        self.poll_hooks = poll_hooks
-        self.should_stop = should_stop
+        self.observers = [*watch.observers, self._watch_progress]
+        self.watch = dataclasses.replace(watch, observers=self.observers)  # each attempt's Supervisor
         self.restart_on = check_restart_on(restart_on)
         self.max_restarts = int(plan.config.max_restarts or 0)
         self.restarts = 0
@@ -98,7 +89,7 @@ class RestartingRun:
         self.started = time.monotonic()
 
     def _new_supervisor(self) -> Supervisor:
-        return Supervisor(self.plan, self.observers, self.poll_hooks, self.should_stop)
+        return Supervisor(self.plan, self.watch.observers, self.watch.poll_hooks, self.watch.should_stop)
 
     def stacks(self) -> dict[int, str]:
         return self.supervisor.stacks()

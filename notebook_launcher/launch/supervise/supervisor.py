@@ -13,9 +13,10 @@ import signal
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from ..events import HangReported, OutputLine, RunFinished, RunStarted
+from ..events import HangReported, OutputLine, RunFinished, RunStarted, poll_hooks_ask_stop
 from ..faults.rendezvous_watch import RendezvousWatch
 from ..faults.stall import HangWatch, is_dump_line
 from ..planning import LaunchPlan
@@ -47,6 +48,16 @@ from .stacks import QUIET_SECONDS, StackDump
 GRACE_SECONDS = 3.0
 POLL_SECONDS = 0.05
 TAIL_LINES = 20  # of a rank's output, shown when it died without a Python exception
+
+
+@dataclass(frozen=True)
+class Watch:
+    """Who hears a run and who may stop it: observers get every event, poll hooks run each turn
+    while the kernel waits (one returning True stops the run), should_stop is asked each turn."""
+
+    observers: Sequence[Callable[[Any], None]] = ()
+    poll_hooks: Sequence[Callable[[], Any]] = ()
+    should_stop: Callable[[], bool] | None = None
 
 
 class Supervisor:
@@ -169,7 +180,7 @@ class Supervisor:
             if self.stopping_since is None:
                 if deadline is not None and time.monotonic() > deadline:
                     return self._stop_with_stacks("timeout")
-                if self.should_stop() or self._poll_requested_stop():
+                if self.should_stop() or poll_hooks_ask_stop(self.poll_hooks):
                     return self._stop_with_stacks("stopped")
                 if self.rendezvous.stalled(lambda: self.hangs.activities(self.workers)):
                     return self._stop_with_stacks("rendezvous")
@@ -222,15 +233,6 @@ class Supervisor:
         finally:
             self.hangs.dumping = False
         self._emit(HangReported(self.hangs.report(reason, self.workers, self.stacks())))
-
-    def _poll_requested_stop(self) -> bool:
-        requested = False
-        for hook in self.poll_hooks:
-            try:
-                requested = bool(hook()) or requested
-            except Exception:
-                pass
-        return requested
 
     def _handle(self, worker: Worker, what: str, fd: int) -> None:
         if what in ("stdout", "stderr"):

@@ -77,7 +77,7 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, 
         parallelism_config: Any = None,
         **removed: Any,
     ) -> None:
-        accelerator_config.check_removed_arguments(removed)
+        accelerator_config.check_removed_arguments(removed, Accelerator.__init__)
         if deepspeed_plugin is not None and deepspeed_plugins is not None:
             raise AcceleratorError("Accelerator() got deepspeed_plugin and deepspeed_plugins; pass one.")
         settings = accelerator_config.resolve(

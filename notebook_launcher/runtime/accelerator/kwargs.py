@@ -93,13 +93,13 @@ class ProfileKwargs(KwargsHandler):
         if self.activities is not None:
             activities = [getattr(torch.profiler.ProfilerActivity, a.upper()) for a in self.activities]
         schedule = torch.profiler.schedule(**self.schedule_option) if self.schedule_option else None
-        return torch.profiler.profile(
-            activities=activities,
-            schedule=schedule,
-            on_trace_ready=self.on_trace_ready,
-            record_shapes=self.record_shapes,
-            profile_memory=self.profile_memory,
-            with_stack=self.with_stack,
-            with_flops=self.with_flops,
-            with_modules=self.with_modules,
+        passed = (
+            "on_trace_ready",
+            "record_shapes",
+            "profile_memory",
+            "with_stack",
+            "with_flops",
+            "with_modules",
         )
+        options = {name: getattr(self, name) for name in passed}
+        return torch.profiler.profile(activities=activities, schedule=schedule, **options)

@@ -139,13 +139,10 @@ class SavingAPI:
         self._continue_tracker_runs(input_dir)
 
     def _training_objects(self) -> checkpoint.TrainingObjects:
+        held = ("models", "optimizers", "schedulers", "dataloaders", "custom_objects")
         return checkpoint.TrainingObjects(
             strategy=self.strategy,
-            models=self._models,
-            optimizers=self._optimizers,
-            schedulers=self._schedulers,
-            dataloaders=self._dataloaders,
-            custom_objects=self._custom_objects,
+            **{kind: getattr(self, f"_{kind}") for kind in held},
             scaler=self.precision.scaler,
             step=self.step,
             save_hooks=list(self._save_model_state_pre_hook.values()),

@@ -11,6 +11,7 @@ import dataclasses
 import inspect
 import os
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,19 +65,16 @@ class AcceleratorSettings:
     plugins: dict[str, Any] = field(default_factory=dict)
 
 
-def check_removed_arguments(removed: dict[str, Any]) -> None:
-    """Accelerator(**unknown): Accelerate's removed names get their replacement, typos the nearest name."""
+def check_removed_arguments(removed: dict[str, Any], constructor: Callable[..., Any]) -> None:
+    """Accelerator(**unknown): Accelerate's removed names get their replacement, typos the nearest
+    name among `constructor`'s parameters (the facade hands in its __init__; this module is below it)."""
     for name in removed:
         if name in REMOVED_ARGUMENTS:
             raise TypeError(
                 f"Accelerator() got the keyword argument {name!r}, which Accelerate 1.x removed; use "
                 f"{REMOVED_ARGUMENTS[name]} instead."
             )
-        from .facade import Accelerator
-
-        known = [
-            p for p in inspect.signature(Accelerator.__init__).parameters if p not in ("self", "removed")
-        ]
+        known = [p for p in inspect.signature(constructor).parameters if p not in ("self", "removed")]
         raise TypeError(f"Accelerator() got an unexpected keyword argument {name!r}.{closest(name, known)}")
 
 

@@ -17,39 +17,37 @@ class AimTracker(ResumableTracker):
 
     name = "aim"
     requires_logging_directory = True
+    packages = (("aim", ("aim",)),)
+    handle = "writer"
+    closes_with = "close"
 
     def __init__(
         self, run_name: str, logging_dir: str | os.PathLike[str] | None = ".", **kwargs: Any
     ) -> None:
-        super().__init__()
-        self.run_name = run_name
+        super().__init__(run_name, **kwargs)
         self.aim_repo_path = logging_dir
-        self.init_kwargs = kwargs
 
-    @on_main_process
-    def start(self) -> None:
+    @classmethod
+    def supports_version(cls, version: str) -> bool:
+        return int(version.split(".")[0]) < 4  # Accelerate supports aim 3.x
+
+    def _resume_kwargs(self, state: dict) -> dict:
+        return {"run_hash": state["run_hash"]}
+
+    def _open(self, kwargs: dict) -> Any:
         from aim import Run
 
-        kwargs = dict(self.init_kwargs)
-        if self._resume:
-            kwargs.setdefault("run_hash", self._resume["run_hash"])
-        self.writer = Run(repo=self.aim_repo_path, **kwargs)
-        self.writer.name = self.run_name
-        self._started = True
-
-    @property
-    def tracker(self) -> Any:
-        return self.writer
+        run = Run(repo=self.aim_repo_path, **kwargs)
+        run.name = self.run_name
+        return run
 
     @on_main_process
     def store_init_configuration(self, values: dict) -> None:
         self.writer["hparams"] = values
 
-    @on_main_process
-    def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
+    def _write(self, values: dict, step: int | None, **kwargs: Any) -> None:
         for key, value in values.items():
             self.writer.track(value, name=key, step=step, **kwargs)
-        self._logged = True
 
     @on_main_process
     def log_images(
@@ -66,12 +64,8 @@ class AimTracker(ResumableTracker):
                 aim.Image(image, caption=caption, **image_kwargs), name=key, step=step, **track_kwargs
             )
 
-    @on_main_process
-    def finish(self) -> None:
-        self.writer.close()
-
-    def run_state(self) -> dict | None:
-        return {"run_hash": self.writer.hash} if self._started else None
+    def _saved_run(self) -> dict | None:
+        return {"run_hash": self.writer.hash}
 
     def _close_fresh_run(self, discard: bool) -> None:
         fresh = self.writer.hash

@@ -8,20 +8,21 @@ import os
 from typing import Any
 
 from ...errors import ConfigError
-from .base import GeneralTracker, on_main_process
+from .base import BuiltinTracker, Table, TableLogger, on_main_process
 
 
-class ClearMLTracker(GeneralTracker):
+class ClearMLTracker(TableLogger, BuiltinTracker):
     """Accelerate's ClearMLTracker: CLEARML_PROJECT / CLEARML_TASK win over `run_name`."""
 
     name = "clearml"
     requires_logging_directory = False
+    packages = (("clearml", ("clearml",)),)
+    handle = "task"
 
     def __init__(self, run_name: str | None = None, **kwargs: Any) -> None:
-        super().__init__()
+        super().__init__(run_name, **kwargs)
         self.user_provided_run_name = run_name
         self._initialized_externally = False
-        self.init_kwargs = kwargs
 
     @on_main_process
     def start(self) -> None:
@@ -37,16 +38,11 @@ class ClearMLTracker(GeneralTracker):
         kwargs.setdefault("task_name", os.environ.get("CLEARML_TASK", self.user_provided_run_name))
         self.task = Task.init(**kwargs)
 
-    @property
-    def tracker(self) -> Any:
-        return self.task
-
     @on_main_process
     def store_init_configuration(self, values: dict) -> Any:
         return self.task.connect_configuration(values)
 
-    @on_main_process
-    def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
+    def _write(self, values: dict, step: int | None, **kwargs: Any) -> None:
         """Numbers only: scalars at `step` (series from an eval_/test_/train_ prefix), single values without."""
         clearml_logger = self.task.get_logger()
         for key, value in values.items():
@@ -65,30 +61,20 @@ class ClearMLTracker(GeneralTracker):
             title, series = _title_series(key)
             clearml_logger.report_image(title=title, series=series, iteration=step, image=image, **kwargs)
 
-    @on_main_process
-    def log_table(
-        self,
-        table_name: str,
-        columns: list[str] | None = None,
-        data: list[list[Any]] | None = None,
-        dataframe: Any = None,
-        step: int | None = None,
-        **kwargs: Any,
-    ) -> None:
-        table = dataframe
-        if dataframe is None:
-            if data is None:
+    def _write_table(self, table_name: str, table: Table, step: int | None, **kwargs: Any) -> None:
+        plot = table.dataframe
+        if plot is None:
+            if table.data is None:
                 raise ConfigError(
                     "ClearMLTracker.log_table needs `data` (rows) when no `dataframe` is given."
                 )
-            table = [columns, *data] if columns else data
+            plot = [table.columns, *table.data] if table.columns else table.data
         title, series = _title_series(table_name)
         self.task.get_logger().report_table(
-            title=title, series=series, table_plot=table, iteration=step, **kwargs
+            title=title, series=series, table_plot=plot, iteration=step, **kwargs
         )
 
-    @on_main_process
-    def finish(self) -> None:
+    def _end(self) -> None:
         """Close the task unless it was started outside the Accelerator."""
         if self.task and not self._initialized_externally:
             self.task.close()

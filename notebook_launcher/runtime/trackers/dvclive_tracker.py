@@ -20,12 +20,13 @@ class DVCLiveTracker(ResumableTracker):
 
     name = "dvclive"
     requires_logging_directory = False
+    packages = (("dvclive", ("dvclive",)),)
+    closes_with = "end"
 
     def __init__(self, run_name: str | None = None, live: Any = None, **kwargs: Any) -> None:
-        super().__init__()
+        super().__init__(run_name, **kwargs)
         self.live = live
         self._given = live is not None  # the user's own Live is used as it is, never reopened
-        self.init_kwargs = kwargs
         self._params: dict = {}
         self._warned: set[str] = set()
 
@@ -33,15 +34,14 @@ class DVCLiveTracker(ResumableTracker):
     def start(self) -> None:
         self._started = True  # the Live itself opens on first use (see the module docstring)
 
-    def _open(self) -> Any:
+    def _resume_kwargs(self, state: dict) -> dict:
+        return {"dir": state["dir"], "resume": True}
+
+    def _live(self) -> Any:
         if self.live is None:
             from dvclive import Live
 
-            kwargs = dict(self.init_kwargs)
-            if self._resume:
-                kwargs.setdefault("dir", self._resume["dir"])
-                kwargs.setdefault("resume", True)
-            self.live = Live(**kwargs)
+            self.live = Live(**self._run_kwargs())
         if self._params:
             self.live.log_params(self._params)
             self._params = {}
@@ -49,20 +49,19 @@ class DVCLiveTracker(ResumableTracker):
 
     @property
     def tracker(self) -> Any:
-        return self._open()
+        return self._live()
 
     @on_main_process
     def store_init_configuration(self, values: dict) -> None:
         self._params.update(values)
         if self.live is not None:
-            self._open()
+            self._live()
 
-    @on_main_process
-    def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
+    def _write(self, values: dict, step: int | None, **kwargs: Any) -> None:
         """Values DVCLive can plot as metrics, then one step forward; others are dropped, said once."""
         from dvclive.plots import Metric
 
-        live = self._open()
+        live = self._live()
         if step is not None:
             live.step = step
         for key, value in values.items():
@@ -74,15 +73,8 @@ class DVCLiveTracker(ResumableTracker):
                     f"notebook_launcher: DVCLive did not record {key!r}: it is not a number.", file=sys.stderr
                 )
         live.next_step()
-        self._logged = True
 
-    @on_main_process
-    def finish(self) -> None:
-        self._open().end()
-
-    def run_state(self) -> dict | None:
-        if not self._started:
-            return None
+    def _saved_run(self) -> dict | None:
         folder = self.live.dir if self.live is not None else self.init_kwargs.get("dir", "dvclive")
         return {"dir": os.path.abspath(folder)}
 

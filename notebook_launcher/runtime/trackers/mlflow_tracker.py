@@ -21,6 +21,8 @@ class MLflowTracker(ResumableTracker):
 
     name = "mlflow"
     requires_logging_directory = False
+    packages = (("mlflow", ("mlflow", "mlflow-skinny")),)
+    handle = "active_run"
 
     def __init__(
         self,
@@ -32,24 +34,22 @@ class MLflowTracker(ResumableTracker):
         run_name: str | None = None,
         description: str | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(run_name)
         tags = os.environ.get("MLFLOW_TAGS", tags)
         self.experiment_name = os.environ.get("MLFLOW_EXPERIMENT_NAME", experiment_name)
         self.logging_dir = logging_dir
         self.run_id = os.environ.get("MLFLOW_RUN_ID", run_id)
         self.tags = json.loads(tags) if isinstance(tags, str) else tags
         self.nested_run = os.environ.get("MLFLOW_NESTED_RUN", nested_run)
-        self.run_name = run_name
         self.description = description
         self._dropped: set[str] = set()
 
-    @on_main_process
-    def start(self) -> None:
+    def _open(self, kwargs: dict) -> Any:
         import mlflow
 
         run_id = self.run_id or (self._resume or {}).get("run_id")
         experiment_id = None if run_id else self._experiment_id(mlflow)
-        self.active_run = mlflow.start_run(
+        return mlflow.start_run(
             run_id=run_id,
             experiment_id=experiment_id,
             run_name=self.run_name,
@@ -57,7 +57,6 @@ class MLflowTracker(ResumableTracker):
             tags=self.tags,
             description=self.description,
         )
-        self._started = True
 
     def _experiment_id(self, mlflow: Any) -> str:
         found = mlflow.search_experiments(filter_string=f"name = '{self.experiment_name}'")
@@ -66,10 +65,6 @@ class MLflowTracker(ResumableTracker):
         return mlflow.create_experiment(
             name=self.experiment_name, artifact_location=self.logging_dir, tags=self.tags
         )
-
-    @property
-    def tracker(self) -> Any:
-        return self.active_run
 
     @on_main_process
     def store_init_configuration(self, values: dict) -> None:
@@ -86,8 +81,7 @@ class MLflowTracker(ResumableTracker):
         for i in range(0, len(kept), MAX_PARAMS_TAGS_PER_BATCH):
             mlflow.log_params(dict(kept[i : i + MAX_PARAMS_TAGS_PER_BATCH]))
 
-    @on_main_process
-    def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
+    def _write(self, values: dict, step: int | None, **kwargs: Any) -> None:
         """Numbers as metrics; anything else is dropped (MLflow metrics are numbers), said once per key."""
         import mlflow
 
@@ -98,7 +92,6 @@ class MLflowTracker(ResumableTracker):
             else:
                 self._say_dropped(key, f"MLflow metrics are numbers and it is a {type(value).__name__}")
         mlflow.log_metrics(metrics, step=step, **kwargs)
-        self._logged = True
 
     def _say_dropped(self, key: str, why: str) -> None:
         if key not in self._dropped:
@@ -123,15 +116,12 @@ class MLflowTracker(ResumableTracker):
 
         mlflow.log_artifact(local_path=local_path, artifact_path=artifact_path)
 
-    @on_main_process
-    def finish(self) -> None:
+    def _end(self) -> None:
         import mlflow
 
         mlflow.end_run()
 
-    def run_state(self) -> dict | None:
-        if not self._started:
-            return None
+    def _saved_run(self) -> dict | None:
         info = self.active_run.info
         return {"run_id": info.run_id, "experiment_id": info.experiment_id}
 

@@ -16,7 +16,7 @@ from typing import Any
 from ...config.enums import LoggerType
 from ...errors import ConfigError, closest
 from .aim_tracker import AimTracker
-from .base import GeneralTracker
+from .base import BuiltinTracker, GeneralTracker
 from .clearml_tracker import ClearMLTracker
 from .comet_tracker import CometMLTracker
 from .dvclive_tracker import DVCLiveTracker
@@ -26,40 +26,31 @@ from .tensorboard_tracker import TensorBoardTracker
 from .trackio_tracker import TrackioTracker
 from .wandb_tracker import WandBTracker
 
-LOGGER_TYPE_TO_CLASS: dict[str, type[GeneralTracker]] = {
-    "aim": AimTracker,
-    "comet_ml": CometMLTracker,
-    "mlflow": MLflowTracker,
-    "tensorboard": TensorBoardTracker,
-    "wandb": WandBTracker,
-    "clearml": ClearMLTracker,
-    "dvclive": DVCLiveTracker,
-    "swanlab": SwanLabTracker,
-    "trackio": TrackioTracker,
-}
-
-# tracker name -> ((import name, distribution names), ...): installed when one pair is found
-_PACKAGES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
-    "tensorboard": (("tensorboard", ("tensorboard",)), ("tensorboardX", ("tensorboardX",))),
-    "wandb": (("wandb", ("wandb",)),),
-    "trackio": (("trackio", ("trackio",)),),
-    "comet_ml": (("comet_ml", ("comet_ml", "comet-ml")),),
-    "aim": (("aim", ("aim",)),),
-    "mlflow": (("mlflow", ("mlflow", "mlflow-skinny")),),
-    "clearml": (("clearml", ("clearml",)),),
-    "dvclive": (("dvclive", ("dvclive",)),),
-    "swanlab": (("swanlab", ("swanlab",)),),
-}
+# the built-in trackers, in the order Accelerate lists the available ones
+BUILT_IN: tuple[type[BuiltinTracker], ...] = (
+    TensorBoardTracker,
+    WandBTracker,
+    CometMLTracker,
+    AimTracker,
+    MLflowTracker,
+    ClearMLTracker,
+    DVCLiveTracker,
+    SwanLabTracker,
+    TrackioTracker,
+)
+_BUILT_IN_BY_NAME = {cls.name: cls for cls in BUILT_IN}
+LOGGER_TYPE_TO_CLASS: dict[str, type[GeneralTracker]] = dict(_BUILT_IN_BY_NAME)
 
 
 def package_for(name: str) -> str:
     """The pip package a built-in tracker needs (for messages)."""
-    return _PACKAGES[name][0][1][0]
+    return _BUILT_IN_BY_NAME[name].packages[0][1][0]
 
 
 def is_tracker_available(name: str) -> bool:
     """Installed, checked without importing it: a folder named `wandb` in the cwd does not count."""
-    for module, distributions in _PACKAGES.get(name, ()):
+    cls = _BUILT_IN_BY_NAME.get(name)
+    for module, distributions in cls.packages if cls else ():
         if importlib.util.find_spec(module) is None:
             continue
         for dist in distributions:
@@ -67,14 +58,13 @@ def is_tracker_available(name: str) -> bool:
                 found = importlib.metadata.version(dist)
             except importlib.metadata.PackageNotFoundError:
                 continue
-            return name != "aim" or int(found.split(".")[0]) < 4  # Accelerate supports aim 3.x
+            return cls.supports_version(found)
     return False
 
 
 def get_available_trackers() -> list[LoggerType]:
     """The built-in trackers whose package is installed, in Accelerate's order."""
-    order = ("tensorboard", "wandb", "comet_ml", "aim", "mlflow", "clearml", "dvclive", "swanlab", "trackio")
-    return [LoggerType(name) for name in order if is_tracker_available(name)]
+    return [LoggerType(cls.name) for cls in BUILT_IN if is_tracker_available(cls.name)]
 
 
 def register_tracker_class(tracker_class: type[GeneralTracker]) -> None:

@@ -1,7 +1,8 @@
 """TensorBoard through torch.utils.tensorboard (or tensorboardX): event files in logging_dir/run_name.
 
 A resumed run writes into the saved folder with `purge_step` set to the step after the checkpoint,
-so TensorBoard hides what a crashed session logged after that checkpoint and shows one run.
+so TensorBoard hides what a crashed session logged after that checkpoint and shows one run (the
+fresh run a resume replaces wrote to the same folder).
 """
 
 from __future__ import annotations
@@ -20,33 +21,29 @@ class TensorBoardTracker(ResumableTracker):
 
     name = "tensorboard"
     requires_logging_directory = True
+    packages = (("tensorboard", ("tensorboard",)), ("tensorboardX", ("tensorboardX",)))
+    handle = "writer"
+    closes_with = "close"
 
     def __init__(self, run_name: str, logging_dir: str | os.PathLike[str], **kwargs: Any) -> None:
-        super().__init__()
-        self.run_name = run_name
+        super().__init__(run_name, **kwargs)
         self.logging_dir_param = logging_dir
-        self.init_kwargs = kwargs
         self._last_step: int | None = None
 
-    @on_main_process
-    def start(self) -> None:
+    def _resume_kwargs(self, state: dict) -> dict:
+        step = state.get("step")
+        return {} if step is None else {"purge_step": step + 1}
+
+    def _open(self, kwargs: dict) -> Any:
         try:
             from torch.utils import tensorboard
         except ModuleNotFoundError:  # only tensorboardX is installed
             import tensorboardX as tensorboard
-        kwargs = dict(self.init_kwargs)
         self.logging_dir = os.path.join(self.logging_dir_param, self.run_name)
         if self._resume:
             self.logging_dir = self._resume["logging_dir"]
             self._last_step = self._resume.get("step")
-            if self._last_step is not None:
-                kwargs.setdefault("purge_step", self._last_step + 1)
-        self.writer = tensorboard.SummaryWriter(self.logging_dir, **kwargs)
-        self._started = True
-
-    @property
-    def tracker(self) -> Any:
-        return self.writer
+        return tensorboard.SummaryWriter(self.logging_dir, **kwargs)
 
     @on_main_process
     def store_init_configuration(self, values: dict) -> None:
@@ -58,8 +55,7 @@ class TensorBoardTracker(ResumableTracker):
         with open(os.path.join(folder, "hparams.yml"), "w") as f:
             yaml.dump(values, f)
 
-    @on_main_process
-    def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
+    def _write(self, values: dict, step: int | None, **kwargs: Any) -> None:
         """Numbers (tensors too) as scalars, strings as text, dicts of numbers as grouped scalars."""
         for key, value in plain_values(values).items():
             if isinstance(value, (int, float)):
@@ -69,7 +65,6 @@ class TensorBoardTracker(ResumableTracker):
             elif isinstance(value, dict):
                 self.writer.add_scalars(key, value, global_step=step, **kwargs)
         self.writer.flush()
-        self._logged = True
         if step is not None:
             self._last_step = step
 
@@ -78,14 +73,5 @@ class TensorBoardTracker(ResumableTracker):
         for key, images in values.items():
             self.writer.add_images(key, images, global_step=step, **kwargs)
 
-    @on_main_process
-    def finish(self) -> None:
-        self.writer.close()
-
-    def run_state(self) -> dict | None:
-        if not self._started:
-            return None
+    def _saved_run(self) -> dict | None:
         return {"logging_dir": os.path.abspath(self.logging_dir), "step": self._last_step}
-
-    def _close_fresh_run(self, discard: bool) -> None:
-        self.writer.close()  # same folder either way: TensorBoard shows one run

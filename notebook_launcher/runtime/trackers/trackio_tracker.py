@@ -17,28 +17,15 @@ class TrackioTracker(ResumableTracker):
     name = "trackio"
     requires_logging_directory = False
     main_process_only = False
+    packages = (("trackio", ("trackio",)),)
 
-    def __init__(self, run_name: str, **kwargs: Any) -> None:
-        super().__init__()
-        self.run_name = run_name
-        self.init_kwargs = kwargs
+    def _resume_kwargs(self, state: dict) -> dict:
+        return {"name": state["name"], "resume": "allow"}
 
-    @on_main_process
-    def start(self) -> None:
+    def _open(self, kwargs: dict) -> Any:
         import trackio
 
-        kwargs = dict(self.init_kwargs)
-        project = self.run_name
-        if self._resume:
-            kwargs.setdefault("name", self._resume["name"])
-            kwargs.setdefault("resume", "allow")
-            project = self._resume.get("project") or project
-        self.run = trackio.init(project=project, **kwargs)
-        self._started = True
-
-    @property
-    def tracker(self) -> Any:
-        return self.run
+        return trackio.init(project=self._project(), **kwargs)
 
     @on_main_process
     def store_init_configuration(self, values: dict) -> None:
@@ -46,18 +33,10 @@ class TrackioTracker(ResumableTracker):
 
         trackio.config.update(values, allow_val_change=True)
 
-    @on_main_process
-    def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
+    def _write(self, values: dict, step: int | None, **kwargs: Any) -> None:
         self.run.log(values, step=step, **kwargs)
-        self._logged = True
 
-    @on_main_process
-    def finish(self) -> None:
-        self.run.finish()
-
-    def run_state(self) -> dict | None:
-        if not self._started:
-            return None
+    def _saved_run(self) -> dict | None:
         return {"project": self.run.project, "name": self.run.name}
 
     def _close_fresh_run(self, discard: bool) -> None:

@@ -10,80 +10,44 @@ import shutil
 import sys
 from typing import Any
 
-from .base import ResumableTracker, on_main_process
+from .base import ConfigCarryingTracker, Table, TableLogger, on_main_process
 
 
-class WandBTracker(ResumableTracker):
+class WandBTracker(TableLogger, ConfigCarryingTracker):
     """Accelerate's WandBTracker: `run_name` is the W&B project; kwargs go to `wandb.init`."""
 
     name = "wandb"
     requires_logging_directory = False
     main_process_only = False
+    packages = (("wandb", ("wandb",)),)
 
-    def __init__(self, run_name: str, **kwargs: Any) -> None:
-        super().__init__()
-        self.run_name = run_name
-        self.init_kwargs = kwargs
-        self._config: dict = {}
-
-    @on_main_process
-    def start(self) -> None:
+    def _open(self, kwargs: dict) -> Any:
         import wandb
 
-        kwargs = dict(self.init_kwargs)
-        project = self.run_name
-        if self._resume:
-            kwargs.setdefault("id", self._resume["id"])
-            kwargs.setdefault("resume", "allow")
-            project = self._resume.get("project") or project
-        self.run = wandb.init(project=project, **kwargs)
-        if self._resume and self._config:  # switched from a fresh run: the config moves along
-            self.run.config.update(self._config, allow_val_change=True)
-        self._started = True
-
-    @property
-    def tracker(self) -> Any:
-        return self.run
+        run = wandb.init(project=self._project(), **kwargs)
+        self._carry_config(run.config.update)
+        return run
 
     @on_main_process
     def store_init_configuration(self, values: dict) -> None:
         self.run.config.update(values, allow_val_change=True)
         self._config.update(values)
 
-    @on_main_process
-    def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
+    def _write(self, values: dict, step: int | None, **kwargs: Any) -> None:
         self.run.log(values, step=step, **kwargs)
-        self._logged = True
 
     @on_main_process
     def log_images(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
         import wandb
 
-        for key, images in values.items():
-            self.log({key: [wandb.Image(image) for image in images]}, step=step, **kwargs)
+        self._log_images_as(wandb.Image, values, step, **kwargs)
 
-    @on_main_process
-    def log_table(
-        self,
-        table_name: str,
-        columns: list[str] | None = None,
-        data: list[list[Any]] | None = None,
-        dataframe: Any = None,
-        step: int | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def _write_table(self, table_name: str, table: Table, step: int | None, **kwargs: Any) -> None:
         import wandb
 
-        table = wandb.Table(columns=columns, data=data, dataframe=dataframe)
-        self.log({table_name: table}, step=step, **kwargs)
+        self.log({table_name: wandb.Table(**table._asdict())}, step=step, **kwargs)
 
-    @on_main_process
-    def finish(self) -> None:
-        self.run.finish()
-
-    def run_state(self) -> dict | None:
-        if not self._started:
-            return None
+    def _saved_run(self) -> dict | None:
         return {"id": self.run.id, "project": self.run.project}
 
     def _close_fresh_run(self, discard: bool) -> None:

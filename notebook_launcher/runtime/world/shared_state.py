@@ -15,7 +15,8 @@ from ...config import LaunchConfig, config_from_env
 from ...config.enums import DistributedType
 from ...errors import AcceleratorError
 from ..accelerator.process_api import ProcessAPI
-from .state import ProcessState, current_state, get_state, reset_state
+from ..data.gradient_state import GradientState
+from .state import ProcessState, current_state, get_state, on_reset, reset_state
 
 
 def resolve_distributed_type(config: LaunchConfig, process: ProcessState) -> DistributedType:
@@ -187,3 +188,13 @@ class AcceleratorState(PartialState):
 def is_initialized() -> bool:
     """Whether an Accelerator (or AcceleratorState) has set up this process's state (Accelerate's helper)."""
     return bool(AcceleratorState._shared_state)
+
+
+def _forget_shared_state() -> None:
+    """What reset_state() also clears: the shared AcceleratorState, PartialState and GradientState."""
+    GradientState._reset_state()
+    AcceleratorState._shared_state.clear()
+    PartialState._shared_state.clear()
+
+
+on_reset(_forget_shared_state)

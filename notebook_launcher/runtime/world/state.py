@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +55,7 @@ class ProcessState:
 
 
 _STATE: ProcessState | None = None
+_ON_RESET: list[Callable[[], None]] = []  # see on_reset
 # Set by notebook_launch's worker, which exits with os._exit once the result is sent: there the group
 # is left to die with the process (tearing down gloo while a DDP model still holds it can hang).
 _EXIT_WITHOUT_TEARDOWN = False
@@ -257,9 +259,12 @@ def reset_state(destroy_process_group: bool = True) -> None:
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
     _STATE = None
-    from ..data.gradient_state import GradientState
-    from .shared_state import AcceleratorState, PartialState
+    for forget in _ON_RESET:
+        forget()
 
-    GradientState._reset_state()
-    AcceleratorState._shared_state.clear()
-    PartialState._shared_state.clear()
+
+def on_reset(forget: Callable[[], None]) -> None:
+    """Call `forget` at each reset_state(): the layers built on this state (shared_state.py's
+    PartialState/AcceleratorState/GradientState) register here, so this module never reaches up."""
+    if forget not in _ON_RESET:
+        _ON_RESET.append(forget)

@@ -274,14 +274,8 @@ def _sharded_scaler(scaler: torch.amp.GradScaler) -> torch.amp.GradScaler:
     """fp16: a grad scaler whose inf/NaN check agrees over all ranks (each sees only its shard)."""
     from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
-    return ShardedGradScaler(
-        device=scaler._device,
-        init_scale=scaler._init_scale,
-        growth_factor=scaler._growth_factor,
-        backoff_factor=scaler._backoff_factor,
-        growth_interval=scaler._growth_interval,
-        enabled=scaler._enabled,
-    )
+    settings = ("device", "init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled")
+    return ShardedGradScaler(**{name: getattr(scaler, f"_{name}") for name in settings})
 
 
 def _report_inert_settings(state: Any, fsdp: Any) -> None:
