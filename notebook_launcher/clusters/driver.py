@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import cloudpickle
 
-from ..launch.events import MetricLogged, OutputLine, RunFinished, RunStarted
+from ..launch.events import MetricLogged, OutputLine, RunFinished, RunStarted, tick
 from ..launch.result import LaunchResult, LaunchStopped, LaunchTimeout, RankFailure, WorkerError, metric_row
 from .node import NodeJob, NodeOutcome
 
@@ -104,6 +104,7 @@ class ClusterRun:
                 self.say(note)
             for event in events:
                 self._record(event)
+            tick(self.observers)
             self.outcomes.update(finished)
             if reason is None:
                 if any(outcome.status != "done" for outcome in finished.values()):

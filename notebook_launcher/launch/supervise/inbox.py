@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from ..events import MetricLogged, OutputLine, ProgressUpdate
+from ..events import BarUpdate, MetricLogged, OutputLine, ProgressUpdate, WorkerDisplay
 from ..result import RankFailure, RunRecord, metric_row
 from ..worker import channel
 from .memory_watch import MemoryWatch
@@ -58,15 +58,47 @@ class Inbox:
         return True
 
     def _emit_lines(self, worker: Worker, stream: str, data: bytes, final: bool = False) -> bytes:
+        """Complete lines go to the record and the observers; a line rewritten with "\r" (a plain
+        progress bar, `print(..., end="\r")`) counts as what it shows last, and while it has no
+        newline yet, observers get it as a live line."""
         *complete, rest = data.split(b"\n")
         if final and rest:
             complete.append(rest)
             rest = b""
         for raw in complete:
-            text = raw.decode("utf-8", errors="replace")
+            text = _shown(raw).decode("utf-8", errors="replace")
             worker.lines.append(text)
             self.emit(OutputLine(worker.rank, stream, text))
+        if b"\r" in rest:
+            shown = _shown(rest)
+            rest = shown + b"\r" if rest.endswith(b"\r") else shown
+            if shown.strip():
+                self.emit(OutputLine(worker.rank, stream, shown.decode("utf-8", errors="replace"), live=True))
         return rest
+
+    def catch_up(self, worker: Worker) -> None:
+        """Read what a worker printed before the message at hand (it flushed before sending it)."""
+        for stream, conn in (("stdout", worker.out), ("stderr", worker.err)):
+            while not conn.closed and conn.poll(0):
+                if not self.read_output(worker, stream):
+                    break
+
+    def relayed(self, worker: Worker, kind: str, payload: Any) -> bool:
+        """A display, clear or progress-bar message (launch/worker/relay.py); False for other kinds."""
+        if kind == channel.DISPLAY:
+            self.catch_up(worker)
+            event: Any = WorkerDisplay(
+                worker.rank, payload["data"], payload["metadata"], payload["display_id"], payload["update"]
+            )
+        elif kind == channel.CLEAR:
+            self.catch_up(worker)
+            event = WorkerDisplay(worker.rank, {}, clear=True, wait=payload["wait"])
+        elif kind == channel.BAR:
+            event = BarUpdate(worker.rank, **payload)
+        else:
+            return False
+        self.emit(event)
+        return True
 
     def drain(self, worker: Worker) -> None:
         """Read whatever an exited worker left in its pipes (without waiting on anything it started)."""
@@ -111,6 +143,8 @@ class Inbox:
         elif kind == channel.MEMORY:
             for event in self.memory.ingest(worker.rank, payload):
                 self.emit(event)
+        else:
+            self.relayed(worker, kind, payload)
         return True
 
     def _take_result(self, worker: Worker, payload: dict[str, Any]) -> None:
@@ -174,3 +208,11 @@ class Inbox:
             worker.lines.append(line)
         self.record.failures.append(failure)
         self.on_failure()
+
+
+def _shown(raw: bytes) -> bytes:
+    """What a terminal shows of a line rewritten with "\r": its last non-empty part."""
+    if b"\r" not in raw:
+        return raw
+    parts = [part for part in raw.split(b"\r") if part.strip()]
+    return parts[-1] if parts else b""

@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..events import HangReported, OutputLine, RunFinished, RunStarted
+from ..events import HangReported, OutputLine, RunFinished, RunStarted, tick
 from ..faults.rendezvous_watch import RendezvousWatch
 from ..faults.stall import HangWatch, is_dump_line
 from ..planning import LaunchPlan
@@ -184,6 +184,7 @@ class Supervisor:
         for key, _ in self.selector.select(timeout):
             worker, what = key.data
             self._handle(worker, what, key.fd)
+        tick(self.observers)
 
     def _stop_with_stacks(self, outcome: str) -> str:
         self._dump_stacks()

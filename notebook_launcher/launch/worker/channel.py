@@ -25,6 +25,7 @@ from .host_pickle import dumps_on_host
 RESULT, ERROR, METRIC, PROGRESS, STARTED = "result", "error", "metric", "progress", "started"
 CHECKPOINT, PREEMPTED = "checkpoint", "preempted"  # save_state() wrote one; the ranks agreed to stop
 MEMORY = "memory"  # a rank's memory sample (launch/memory_sampler.py)
+DISPLAY, CLEAR, BAR = "display", "clear", "bar"  # relayed display()/clear_output()/tqdm (relay.py)
 
 # Failures that are the symptom of another rank dying (its peer connection closed), not a cause.
 _SECONDARY_TYPES = ("DistBackendError", "DistNetworkError")
