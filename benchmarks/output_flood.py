@@ -57,7 +57,9 @@ def run_cell(client, code: str, timeout: float = 300) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--lines", type=int, default=20000, help="lines per rank")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
@@ -76,14 +78,20 @@ def main() -> None:
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=True)
-    median = {name: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for name, runs in rows.items()}
+    median = {
+        name: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for name, runs in rows.items()
+    }
     print(f"2 ranks x {args.lines:,} lines, median of {args.repeats}")
     print(f"{'':20} {'wall s':>8} {'stream msgs':>12} {'stream msgs/s':>14} {'all outputs':>12}")
     for name, m in median.items():
-        print(f"{name:20} {m['wall']:8.2f} {m['streams']:12.0f} {m['streams'] / m['wall']:14.1f} {m['outputs']:12.0f}")
+        print(
+            f"{name:20} {m['wall']:8.2f} {m['streams']:12.0f} {m['streams'] / m['wall']:14.1f} {m['outputs']:12.0f}"
+        )
     flood_cost = median["notebook_launch"]["wall"] - median["launch, no output"]["wall"]
     own = median["kernel prints"]["wall"]
-    print(f"the flood's own cost through notebook_launch: {flood_cost:.2f} s = {flood_cost / own:.2f}x the kernel's own")
+    print(
+        f"the flood's own cost through notebook_launch: {flood_cost:.2f} s = {flood_cost / own:.2f}x the kernel's own"
+    )
 
 
 if __name__ == "__main__":

@@ -18,8 +18,12 @@ from typing import Any
 from ..events import BarUpdate, MetricLogged, OutputLine, ProgressUpdate, WorkerDisplay
 from ..result import RankFailure, RunRecord, metric_row
 from ..worker import channel
+from ..worker.relay import DISPLAY_MARK
+from .display_order import DisplayOrder
 from .memory_watch import MemoryWatch
 from .processes import Worker
+
+MARK_WAIT_SECONDS = 1.0
 
 
 class Inbox:
@@ -38,12 +42,15 @@ class Inbox:
         self.stopped_by_launcher = stopped_by_launcher
         self._warned_metrics: set[str] = set()
         self.memory = MemoryWatch()  # result.memory, and the warning before the OOM killer
+        self.displays = DisplayOrder(emit)
         record.memory = self.memory.record
 
     # ------------------------------------------------------------------ output
     def read_output(self, worker: Worker, stream: str) -> bool:
         """Read what is there; False once the pipe reached end of file (and its last line was emitted)."""
         conn = worker.out if stream == "stdout" else worker.err
+        if not conn.poll(0):  # read already: a display message catches up on output first (catch_up)
+            return True
         try:
             chunk = os.read(conn.fileno(), 65536)
         except OSError:
@@ -67,6 +74,9 @@ class Inbox:
             rest = b""
         for raw in complete:
             text = _shown(raw).decode("utf-8", errors="replace")
+            if text.startswith(DISPLAY_MARK):
+                self._display_here(worker, text)
+                continue
             worker.lines.append(text)
             self.emit(OutputLine(worker.rank, stream, text))
         if b"\r" in rest:
@@ -76,28 +86,34 @@ class Inbox:
                 self.emit(OutputLine(worker.rank, stream, shown.decode("utf-8", errors="replace"), live=True))
         return rest
 
-    def catch_up(self, worker: Worker) -> None:
-        """Read what a worker printed before the message at hand (it flushed before sending it)."""
-        for stream, conn in (("stdout", worker.out), ("stderr", worker.err)):
-            while not conn.closed and conn.poll(0):
-                if not self.read_output(worker, stream):
-                    break
+    def _display_here(self, worker: Worker, mark: str) -> None:
+        """The mark of a display: show it now, after the lines before it (its message is sent right
+        after the mark, so wait for it briefly)."""
+        try:
+            seq = int(mark[len(DISPLAY_MARK) :])
+        except ValueError:
+            return
+        deadline = time.monotonic() + MARK_WAIT_SECONDS
+        while not self.displays.has(worker.rank, seq) and not worker.msg.closed:
+            if not worker.msg.poll(max(0.0, deadline - time.monotonic())) or not self.read_message(worker):
+                break
+        self.displays.mark(worker.rank, seq)
 
     def relayed(self, worker: Worker, kind: str, payload: Any) -> bool:
         """A display, clear or progress-bar message (launch/worker/relay.py); False for other kinds."""
         if kind == channel.DISPLAY:
-            self.catch_up(worker)
-            event: Any = WorkerDisplay(
+            event = WorkerDisplay(
                 worker.rank, payload["data"], payload["metadata"], payload["display_id"], payload["update"]
             )
+            self.displays.arrived(worker.rank, payload["seq"], event)
         elif kind == channel.CLEAR:
-            self.catch_up(worker)
-            event = WorkerDisplay(worker.rank, {}, clear=True, wait=payload["wait"])
+            self.displays.arrived(
+                worker.rank, payload["seq"], WorkerDisplay(worker.rank, {}, clear=True, wait=payload["wait"])
+            )
         elif kind == channel.BAR:
-            event = BarUpdate(worker.rank, **payload)
+            self.emit(BarUpdate(worker.rank, **payload))
         else:
             return False
-        self.emit(event)
         return True
 
     def drain(self, worker: Worker) -> None:
@@ -112,6 +128,7 @@ class Inbox:
         while not worker.msg.closed and worker.msg.poll(0):
             if not self.read_message(worker):
                 break
+        self.displays.flush(worker.rank)  # a display whose mark never came (stdout redirected) still shows
 
     # ---------------------------------------------------------------- messages
     def read_message(self, worker: Worker) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import os
 import sys
 from collections.abc import Callable
 from types import ModuleType
@@ -22,6 +23,9 @@ from typing import Any
 Sink = Callable[[str, dict[str, Any]], None]
 
 _sink: Sink | None = None
+_seq = 0
+DISPLAY_MARK = "\x1enotebook_launcher display "  # starts a line no program prints (record separator)
+ORDERED = ("display", "clear")
 _told: set[str] = set()
 
 WIDGET_MESSAGE = (
@@ -42,10 +46,24 @@ def send(kind: str, payload: dict[str, Any]) -> None:
             stream.flush()
         except Exception:  # noqa: BLE001
             pass
+    if kind in ORDERED:
+        payload = dict(payload, seq=_place_mark())
     try:
         _sink(kind, payload)
     except Exception as exc:  # noqa: BLE001 - a lost bar update must not stop training
         tell_once(f"send:{kind}", f"a {kind} message could not be sent to the notebook ({exc})")
+
+
+def _place_mark() -> int:
+    """A numbered line in fd 1 where the display belongs among the printed lines: the launcher
+    shows the display when it reads that line (the message pipe and stdout are read separately)."""
+    global _seq
+    _seq += 1
+    try:
+        os.write(1, f"{DISPLAY_MARK}{_seq}\n".encode())
+    except OSError:
+        pass
+    return _seq
 
 
 def tell_once(key: str, text: str) -> None:
