@@ -63,3 +63,16 @@ def test_a_spawned_worker_relays_display_and_tqdm():
     assert [d.data.get("text/html") for d in displays] == ["<b>spawned</b>"]
     printed = [e.text for e in seen if isinstance(e, OutputLine)]
     assert not any("load" in line or "%" in line for line in printed), printed  # no text bar as well
+
+
+def test_the_run_view_shows_the_ranks_bars_and_keeps_live_lines_out_of_its_panes():
+    from notebook_launcher.widgets import RunView
+
+    view = RunView()
+    view(OutputLine(0, "stdout", "step 3", live=True))
+    view(BarUpdate(0, 1, "epoch", 4, 10, "4/10 [00:01<00:02, 3.9it/s]", "epoch: 40%|####| 4/10"))
+    view(BarUpdate(1, 7, "epoch", 10, 10, "10/10 [00:02<00:00, 4.1it/s]", "epoch: 100%|#####| 10/10", closed=True))
+    view.refresh()
+    assert 'value="4" max="10"' in view.bars.value and "10/10 [00:02" in view.bars.value
+    assert "[rank1]" in view.bars.value and view.bars.layout.display == ""
+    assert view.state.total_lines == 0
