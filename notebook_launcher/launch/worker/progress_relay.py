@@ -39,7 +39,7 @@ def send_bar(bar: Any, closed: bool = False) -> None:
         info = dict(bar.format_dict)
         total = info.get("total")
         info["bar_format"] = _STATS if total else _STATS_NO_TOTAL
-        info["ncols"] = 0
+        info["ncols"] = None
         stats = bar.format_meter(**info)
         text = bar.format_meter(**dict(bar.format_dict, ncols=60))
     except Exception:  # noqa: BLE001 - a bar that cannot format itself still counts
