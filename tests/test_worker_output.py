@@ -71,8 +71,29 @@ def test_the_run_view_shows_the_ranks_bars_and_keeps_live_lines_out_of_its_panes
     view = RunView()
     view(OutputLine(0, "stdout", "step 3", live=True))
     view(BarUpdate(0, 1, "epoch", 4, 10, "4/10 [00:01<00:02, 3.9it/s]", "epoch: 40%|####| 4/10"))
-    view(BarUpdate(1, 7, "epoch", 10, 10, "10/10 [00:02<00:00, 4.1it/s]", "epoch: 100%|#####| 10/10", closed=True))
+    view(
+        BarUpdate(
+            1, 7, "epoch", 10, 10, "10/10 [00:02<00:00, 4.1it/s]", "epoch: 100%|#####| 10/10", closed=True
+        )
+    )
     view.refresh()
     assert 'value="4" max="10"' in view.bars.value and "10/10 [00:02" in view.bars.value
     assert "[rank1]" in view.bars.value and view.bars.layout.display == ""
     assert view.state.total_lines == 0
+
+
+def test_slurm_nodes_relay_displays_and_bars_through_their_events_file(tmp_path):
+    """A SLURM node writes the ranks' displays and bars to its events file; the notebook reads them back."""
+    import json
+    from dataclasses import asdict
+
+    from notebook_launcher.clusters.logs import LogFollower
+
+    display = WorkerDisplay(3, {"text/html": "<b>node 1</b>"}, {"k": 1}, "abc", False)
+    bar = BarUpdate(3, 9, "epoch", 2, 4, "2/4 [00:01<00:01]", "epoch: 50%|##| 2/4", closed=False)
+    events = tmp_path / "events.jsonl"
+    with open(events, "w") as handle:
+        for kind, event in (("display", display), ("bar", bar)):
+            handle.write(json.dumps({"kind": kind, "payload": asdict(event), "time": 0.0}) + "\n")
+    follower = LogFollower(1, tmp_path / "out", tmp_path / "err", events)
+    assert follower.read() == ([display, bar], [])

@@ -59,13 +59,19 @@ def notebook_dir(scratch):
     root = scratch / "lab-root"
     root.mkdir()
     nb = new_notebook(cells=[new_code_cell(code) for code in CELLS])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3 (ipykernel)",
+        "language": "python",
+    }
     nbformat.write(nb, root / "flood.ipynb")
     return root
 
 
 @JUPYTERLAB_ONLY
-def test_a_flood_of_rank_output_keeps_the_page_responsive_and_shows_the_bars(playwright, lab, scratch, request):
+def test_a_flood_of_rank_output_keeps_the_page_responsive_and_shows_the_bars(
+    playwright, lab, scratch, request
+):
     browser = jl.launch_browser(playwright, str(scratch / f"chromium-{request.node.name}"))
     try:
         page = browser.new_page()

@@ -165,6 +165,33 @@ def test_ranks_cells_show_bars_and_displays(session):
     assert "[rank0] after" in text and FORK_MESSAGE not in text
 
 
+TRAINER = """
+from notebook_launcher import notebook_launch
+import transformers  # once in the kernel: the forked rank shares it instead of importing it again
+
+def train():
+    import tempfile, torch
+    from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+    config = BertConfig(vocab_size=32, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=16, max_position_embeddings=16)
+    data = [{"input_ids": torch.tensor([1, 2, 3, 4]), "labels": torch.tensor(i % 2)} for i in range(8)]
+    args = TrainingArguments(output_dir=tempfile.mkdtemp(), max_steps=4, per_device_train_batch_size=2,
+                             report_to=[], save_strategy="no", use_cpu=True)
+    return Trainer(model=BertForSequenceClassification(config), args=args, train_dataset=data).train().global_step
+
+trained = notebook_launch(train, num_processes=1, start_method="fork")
+"""
+
+
+def test_a_trainer_in_a_rank_shows_its_default_progress(session):
+    """transformers' Trainer in a notebook picks its notebook progress (display + display_id updates)."""
+    pytest.importorskip("transformers")
+    outs = outputs(session.run(TRAINER, timeout=300))
+    html = [o["data"].get("text/html", "") for o in outs if o["type"] == "display_data"]
+    assert any("<progress value='4' max='4'" in h and "[4/4" in h for h in html), text_of(outs)[-3000:]
+    assert FORK_MESSAGE not in text_of(outs)
+
+
 def test_the_kernel_never_saw_a_rank_use_its_sockets(session):
     """Last in this module: what every cell above left in the kernel's own stderr."""
     assert text_of(outputs(session.run("print(1 + 1)"))).strip() == "2"

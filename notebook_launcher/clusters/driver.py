@@ -130,7 +130,7 @@ class ClusterRun:
         return requested
 
     def _record(self, event: Any) -> None:
-        if isinstance(event, OutputLine):
+        if isinstance(event, OutputLine) and not event.live:  # a live "\r" line is shown, not kept
             self.lines.setdefault(event.rank, []).append(event.text)
         elif isinstance(event, MetricLogged):
             self.metrics.append(metric_row(event.rank, event.step, event.time, event.values))
