@@ -8,6 +8,8 @@ import os
 import stat
 import time
 
+import pytest
+
 from notebook_launcher import notebook_launch
 from notebook_launcher.launch.events import BarUpdate, OutputLine, WorkerDisplay
 
@@ -45,7 +47,8 @@ def test_a_carriage_return_line_is_shown_live_before_its_newline():
     assert [text for text, is_live, _ in lines if not is_live] == ["done"]
 
 
-def test_a_spawned_worker_relays_display_and_tqdm():
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+def test_a_spawned_or_warm_pool_worker_relays_display_and_tqdm(start_method):
     def shows():
         from IPython.display import HTML, display
         from tqdm.auto import tqdm
@@ -56,7 +59,7 @@ def test_a_spawned_worker_relays_display_and_tqdm():
         return 1
 
     seen = []
-    notebook_launch(shows, num_processes=1, start_method="spawn", observers=[seen.append], quiet=True)
+    notebook_launch(shows, num_processes=1, start_method=start_method, observers=[seen.append], quiet=True)
     bars = [e for e in seen if isinstance(e, BarUpdate)]
     displays = [e for e in seen if isinstance(e, WorkerDisplay)]
     assert bars and bars[-1].closed and bars[-1].n == 5 and bars[-1].desc == "load", bars
