@@ -33,6 +33,10 @@ def rich(lines):
         display(pd.DataFrame({"loss": [0.5, 0.25]}))
         handle = display(HTML("first"), display_id=True)
         handle.update(HTML("second"))
+    if rank == 1:  # straight to the kernel's own connection, as ipykernel's objects would
+        from IPython import get_ipython
+        kernel = get_ipython().kernel
+        kernel.session.send(kernel.iopub_socket, "stream", {"name": "stdout", "text": "sneaked"})
     try:
         import ipywidgets
         ipywidgets.IntSlider()
@@ -133,6 +137,7 @@ def test_fork_workers_show_bars_displays_and_a_bounded_flood(session):
     }
     assert ranks == {0}
     assert "[rank0] widget refused: WorkerWidgetError" in text and "[rank1] step 2" in text
+    assert "'stream' message from this rank to the kernel was dropped" in text and "sneaked" not in text
     # A flood of 2 x 1,500 lines: a bounded share in the cell, in a handful of messages, all kept.
     streams = [m for m in messages if m["msg_type"] == "stream"]
     assert len(streams) < 40, len(streams)

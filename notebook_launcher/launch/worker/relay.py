@@ -122,9 +122,13 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
 
 def _guard_session(module: ModuleType) -> None:
-    """Whatever still holds the kernel's Session (a comm, a stale publisher) sends nothing."""
+    """Whatever still holds the kernel's Session (a comm, a stale publisher) sends nothing; a Session
+    the rank made itself (a notebook run from a rank) works as usual."""
+    original = module.Session.send
 
-    def send(self: Any, stream: Any, msg_or_type: Any, *args: Any, **kwargs: Any) -> None:
+    def send(self: Any, stream: Any, msg_or_type: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(self, "pid", None) == os.getpid():
+            return original(self, stream, msg_or_type, *args, **kwargs)
         kind = msg_or_type if isinstance(msg_or_type, str) else (msg_or_type or {}).get("msg_type", "?")
         tell_once(
             f"session:{kind}",
