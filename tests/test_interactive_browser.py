@@ -51,30 +51,14 @@ def scratch():
 
 @pytest.fixture(scope="module")
 def notebook_dir(scratch):
-    import nbformat
-    from nbformat.v4 import new_code_cell, new_notebook
-
-    root = scratch / "lab-root"
-    root.mkdir()
-    nb = new_notebook(cells=[new_code_cell(code) for code in CELLS])
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3 (ipykernel)",
-        "language": "python",
-    }
-    nbformat.write(nb, root / "ranks.ipynb")
-    return root
+    return jl.write_notebooks(scratch / "lab-root", {"ranks.ipynb": CELLS})
 
 
 def test_a_ranks_cell_shows_every_ranks_output_and_is_highlighted_as_python(
     playwright, lab, scratch, request
 ):
-    browser = jl.launch_browser(playwright, str(scratch / f"chromium-{request.node.name}"))
-    try:
-        page = browser.new_page()
-        page.set_default_timeout(60_000)
-        jl.open_notebook(page, lab, "ranks.ipynb")
-        assert jl.run_all_cells(page) is True, jl.error_outputs(page)
+    profile = str(scratch / f"chromium-{request.node.name}")
+    with jl.notebook_page(playwright, lab, profile, "ranks.ipynb") as page:
         jl.wait_kernel_idle(page)
         assert jl.error_outputs(page) == []
         shown = page.evaluate(OUTPUT_TEXT, 1)
@@ -91,7 +75,3 @@ def test_a_ranks_cell_shows_every_ranks_output_and_is_highlighted_as_python(
         assert colours.get("for", plain) != plain and colours.get("import", plain) != plain, colours
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / f"{request.node.name}-ranks.png"))
-        page.close()
-    finally:
-        browser.close()
-        lab.delete_sessions()

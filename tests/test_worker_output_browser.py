@@ -46,38 +46,22 @@ OUTPUT = r"""(index) => {
 
 
 @pytest.fixture(scope="module")
-def scratch():
+def scratch():  # its own temp dir: pytest's shared basetemp can be pruned by another pytest run
     with tempfile.TemporaryDirectory(prefix="nl-flood-browser-") as path:
         yield Path(path)
 
 
 @pytest.fixture(scope="module")
 def notebook_dir(scratch):
-    import nbformat
-    from nbformat.v4 import new_code_cell, new_notebook
-
-    root = scratch / "lab-root"
-    root.mkdir()
-    nb = new_notebook(cells=[new_code_cell(code) for code in CELLS])
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3 (ipykernel)",
-        "language": "python",
-    }
-    nbformat.write(nb, root / "flood.ipynb")
-    return root
+    return jl.write_notebooks(scratch / "lab-root", {"flood.ipynb": CELLS})
 
 
 @JUPYTERLAB_ONLY
 def test_a_flood_of_rank_output_keeps_the_page_responsive_and_shows_the_bars(
     playwright, lab, scratch, request
 ):
-    browser = jl.launch_browser(playwright, str(scratch / f"chromium-{request.node.name}"))
-    try:
-        page = browser.new_page()
-        page.set_default_timeout(90_000)
-        jl.open_notebook(page, lab, "flood.ipynb")
-        assert jl.run_all_cells(page) is True, jl.error_outputs(page)
+    profile = str(scratch / f"chromium-{request.node.name}")
+    with jl.notebook_page(playwright, lab, profile, "flood.ipynb", timeout_ms=90_000) as page:
         slowest = 0.0
         deadline = time.monotonic() + 120
         while "next cell ran" not in page.evaluate(OUTPUT, 1)["text"]:  # the page answers while it runs
@@ -97,7 +81,3 @@ def test_a_flood_of_rank_output_keeps_the_page_responsive_and_shows_the_bars(
         assert slowest < 2.0, f"the page took {slowest:.2f} s to answer during the flood"
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / f"{request.node.name}-flood.png"), full_page=True)
-        page.close()
-    finally:
-        browser.close()
-        lab.delete_sessions()

@@ -6,6 +6,7 @@ LabServer), never fixed sleeps.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import Any
 
@@ -95,3 +96,38 @@ def widget_problems(page: Any) -> list[str]:
             problems.append("widget shown as text: " + text.strip()[:80])
     problems += [f"not rendered: {w}" for w in page.evaluate(WIDGET_OUTPUTS) if not w["rendered"]]
     return problems
+
+
+def write_notebooks(root: Any, notebooks: dict[str, list[str]]) -> Any:
+    """`root` made and filled with notebooks of code cells (name -> cells) for a LabServer to serve."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    root.mkdir()
+    for name, cells in notebooks.items():
+        nb = new_notebook(cells=[new_code_cell(code) for code in cells])
+        nb.metadata["kernelspec"] = {
+            "name": "python3",
+            "display_name": "Python 3 (ipykernel)",
+            "language": "python",
+        }
+        nbformat.write(nb, root / name)
+    return root
+
+
+@contextlib.contextmanager
+def notebook_page(
+    playwright: Any, lab: Any, profile_dir: str, notebook: str, timeout_ms: int = 60_000
+) -> Any:
+    """A browser on `notebook` with every cell started; closed (and the kernel's session removed) after."""
+    browser = launch_browser(playwright, profile_dir)
+    try:
+        page = browser.new_page()
+        page.set_default_timeout(timeout_ms)
+        open_notebook(page, lab, notebook)
+        assert run_all_cells(page) is True, error_outputs(page)
+        yield page
+        page.close()
+    finally:
+        browser.close()
+        lab.delete_sessions()
