@@ -118,6 +118,8 @@ def session(tmp_path_factory):
 
 
 def test_fork_workers_show_bars_displays_and_a_bounded_flood(session):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (it belongs in the test extra)")
+    pytest.importorskip("pandas", reason="pandas is not installed (it belongs in the test extra)")
     messages = session.run(RICH)
     outs = outputs(messages)
     text = text_of(outs)
