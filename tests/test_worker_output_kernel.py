@@ -175,6 +175,20 @@ def test_ranks_cells_show_bars_and_displays(session):
     assert "[rank0] after" in text and FORK_MESSAGE not in text
 
 
+def test_with_a_run_view_the_ranks_displays_still_reach_the_cell(session):
+    cell = (
+        "from notebook_launcher import notebook_launch\n"
+        "def shows():\n    from IPython.display import HTML, display\n    print('a line for the view')\n"
+        "    display(HTML('<i>beside the view</i>'))\n"
+        "notebook_launch(shows, num_processes=1, start_method='fork', view=True)"
+    )
+    outs = outputs(session.run(cell))
+    datas = [o["data"] for o in outs if o["type"] == "display_data"]
+    assert any("application/vnd.jupyter.widget-view+json" in d for d in datas)  # the RunView
+    assert any(d.get("text/html") == "<i>beside the view</i>" for d in datas)
+    assert "a line for the view" not in text_of(outs)  # lines go to the view's panes
+
+
 TRAINER = """
 from notebook_launcher import notebook_launch
 import transformers  # once in the kernel: the forked rank shares it instead of importing it again

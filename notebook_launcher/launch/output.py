@@ -46,6 +46,7 @@ class CellPrinter:
         prefix: bool = True,
         lines_shown: int = LINES_SHOWN,
         logs_name: str | None = "result.logs",
+        only_displays: bool = False,
     ) -> None:
         if isinstance(show_ranks, int):
             show_ranks = [show_ranks]
@@ -53,6 +54,7 @@ class CellPrinter:
         self.prefix = prefix
         self.lines_shown = lines_shown
         self.logs_name = logs_name  # how the caller reaches every line (None: only the files)
+        self.only_displays = only_displays  # a RunView shows the rest (lines, bars)
         self.surface = cell_surface()
         self.logs = RankLogs()
         self._begin()
@@ -72,6 +74,8 @@ class CellPrinter:
 
     # ------------------------------------------------------------------ events
     def __call__(self, event: object) -> None:
+        if self.only_displays and not isinstance(event, (WorkerDisplay, RunFinished)):
+            return
         if isinstance(event, OutputLine):
             self._line(event)
         elif isinstance(event, BarUpdate):
