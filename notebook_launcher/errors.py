@@ -35,6 +35,11 @@ class ClusterEnvironmentError(AcceleratorError):
     other; the message names the variables, so a run never falls back to a silent world of one."""
 
 
+class WorkerWidgetError(NotebookLauncherError, RuntimeError):
+    """An ipywidget was created on a rank, which has no connection to the notebook's page; the
+    message lists what a rank can show (print, tqdm progress bars, display())."""
+
+
 def closest(name: str, choices: Iterable[str]) -> str:
     """Return ' Did you mean X?' for the nearest choice, or '' when nothing is close."""
     match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)

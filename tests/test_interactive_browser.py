@@ -46,12 +46,8 @@ def notebook_dir(scratch):
 def test_a_ranks_cell_shows_every_ranks_output_and_is_highlighted_as_python(
     playwright, lab, scratch, request
 ):
-    browser = jl.launch_browser(playwright, str(scratch / f"chromium-{request.node.name}"))
-    try:
-        page = browser.new_page()
-        page.set_default_timeout(60_000)
-        jl.open_notebook(page, lab, "ranks.ipynb")
-        assert jl.run_all_cells(page) is True, jl.error_outputs(page)
+    profile = str(scratch / f"chromium-{request.node.name}")
+    with jl.notebook_page(playwright, lab, profile, "ranks.ipynb") as page:
         jl.wait_kernel_idle(page)
         assert jl.error_outputs(page) == []
         shown = page.evaluate(OUTPUT_TEXT, 1)
@@ -68,7 +64,3 @@ def test_a_ranks_cell_shows_every_ranks_output_and_is_highlighted_as_python(
         assert colours.get("for", plain) != plain and colours.get("import", plain) != plain, colours
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / f"{request.node.name}-ranks.png"))
-        page.close()
-    finally:
-        browser.close()
-        lab.delete_sessions()

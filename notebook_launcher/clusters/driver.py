@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import cloudpickle
 
-from ..launch.events import MetricLogged, OutputLine, RunFinished, RunStarted, poll_hooks_ask_stop
+from ..launch.events import MetricLogged, OutputLine, RunFinished, RunStarted, poll_hooks_ask_stop, tick
 from ..launch.result import LaunchResult, LaunchStopped, LaunchTimeout, RankFailure, WorkerError, metric_row
 from .node import NodeJob, NodeOutcome
 
@@ -104,6 +104,7 @@ class ClusterRun:
                 self.say(note)
             for event in events:
                 self._record(event)
+            tick(self.observers)
             self.outcomes.update(finished)
             if reason is None:
                 if any(outcome.status != "done" for outcome in finished.values()):
@@ -120,7 +121,7 @@ class ClusterRun:
         return reason
 
     def _record(self, event: Any) -> None:
-        if isinstance(event, OutputLine):
+        if isinstance(event, OutputLine) and not event.live:  # a live "\r" line is shown, not kept
             self.lines.setdefault(event.rank, []).append(event.text)
         elif isinstance(event, MetricLogged):
             self.metrics.append(metric_row(event.rank, event.step, event.time, event.values))

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..launch.events import MetricLogged, OutputLine, ProgressUpdate
+from ..launch.events import BarUpdate, MetricLogged, OutputLine, ProgressUpdate, WorkerDisplay
 
 RANK_LINE = re.compile(r"^\[rank(\d+)\] (.*)$", re.S)
 TAIL_LINES = 40
@@ -87,6 +87,10 @@ def _decode(record: dict[str, Any]) -> tuple[Any, str | None]:
         return ProgressUpdate(
             payload["rank"], payload["step"], payload.get("total"), payload["time"], payload.get("epoch")
         ), None
+    if kind == "display":
+        return WorkerDisplay(**payload), None
+    if kind == "bar":
+        return BarUpdate(**payload), None
     if kind == "note":
         return None, str(payload)
     if kind == "requeue":

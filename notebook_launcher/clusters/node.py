@@ -143,7 +143,12 @@ class NodeRun:
         return outcome
 
     def _forward(self, event: Any) -> None:
-        if isinstance(event, OutputLine) or type(event).__name__ in ("MetricLogged", "ProgressUpdate"):
+        if isinstance(event, OutputLine) or type(event).__name__ in (
+            "MetricLogged",
+            "ProgressUpdate",
+            "WorkerDisplay",
+            "BarUpdate",
+        ):
             self.emit(event)
 
 

@@ -15,6 +15,7 @@ never checks is stopped after a grace period and requeued the same way.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -23,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..launch.events import MetricLogged, OutputLine, ProgressUpdate, RunStarted
+from ..launch.events import BarUpdate, MetricLogged, OutputLine, ProgressUpdate, RunStarted, WorkerDisplay
 from ..system.schedulers import derived_port
 from .node import NodeJob, NodeOutcome, NodeRun
 from .slurm_owner import OwnerWatch, owner_path
@@ -118,7 +119,11 @@ class SlurmNodeTask:
         }
 
     def _emit(self, event: Any) -> None:
-        if isinstance(event, OutputLine):
+        if isinstance(event, OutputLine) and event.live:
+            return  # a "\r" line not yet ended: the log file gets it once it ends
+        if isinstance(event, (WorkerDisplay, BarUpdate)):  # display() and tqdm bars, via the events file
+            self._event("display" if isinstance(event, WorkerDisplay) else "bar", dataclasses.asdict(event))
+        elif isinstance(event, OutputLine):
             stream = sys.stdout if event.stream == "stdout" else sys.stderr
             stream.write(f"[rank{event.rank}] {event.text}\n")
             stream.flush()

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
+from ..launch.events import tick
 from ..launch.result import RunRecord
 from ..launch.supervise.inbox import Inbox
 from ..launch.supervise.processes import Worker, kill_and_reap, signal_group, signal_process, stop_group
@@ -81,6 +82,8 @@ class _RankInbox(Inbox):
             self._take_metric(rank, payload)
         elif kind == channel.STARTED:
             rank.started = True
+        else:
+            self.relayed(rank, kind, payload)
         return True
 
 
@@ -185,6 +188,10 @@ class RankGroup:
         for rank in targets:
             if not rank.exited:
                 self.inbox.drain(rank)
+        for observer in tuple(self.observers):
+            finish = getattr(observer, "finish", None)  # the cell printer: this cell's output is complete
+            if finish is not None:
+                finish()
 
     def by_rank(self, rank: int) -> RankProcess:
         return next(r for r in self.ranks if r.rank == rank)
@@ -248,6 +255,7 @@ class RankGroup:
                 self._on_exit(rank, key.fd)
             elif not self.inbox.read_output(rank, what):
                 self._unregister(key.fd)
+        tick(self.observers)
 
     def _on_exit(self, rank: RankProcess, fd: int) -> None:
         self._unregister(fd)

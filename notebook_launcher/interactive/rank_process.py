@@ -54,6 +54,9 @@ def serve_rank(
         adopt(state)
     os.environ.update(spec.env)
     replies = Replies(msg_conn)
+    from ..launch.worker import relay
+
+    relay.connect(replies.telemetry_sink)  # display() and tqdm in a cell reach the kernel's cell
     code = 0
     try:
         replies.send_started()

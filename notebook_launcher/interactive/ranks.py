@@ -64,7 +64,7 @@ class Ranks:
         if self._group is not None:
             raise RanksError("The ranks are already running; stop() or restart() them first.")
         plan = plan_group(say=(lambda _m: None) if self._quiet else _say, **self._options)
-        observers = [] if self._quiet else [CellPrinter(self._show_ranks)]
+        observers = [] if self._quiet else [CellPrinter(self._show_ranks, logs_name=None)]
         group = RankGroup(plan, observers)
         group.start()
         self._group = group

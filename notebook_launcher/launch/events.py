@@ -25,6 +25,35 @@ class OutputLine:
     rank: int
     stream: Literal["stdout", "stderr"]
     text: str  # one line, without its trailing newline
+    live: bool = False  # a line rewritten with "\r" (not yet ended): shown in place, not logged
+
+
+@dataclass(frozen=True)
+class WorkerDisplay:
+    """A rank's display() / update_display() / clear_output() (launch/worker/display_relay.py)."""
+
+    rank: int
+    data: dict[str, Any]  # the mimebundle; empty for a clear
+    metadata: dict[str, Any] = field(default_factory=dict)
+    display_id: str | None = None
+    update: bool = False
+    clear: bool = False
+    wait: bool = False  # clear_output(wait=True)
+
+
+@dataclass(frozen=True)
+class BarUpdate:
+    """One tqdm bar of one rank (launch/worker/progress_relay.py): its numbers and its text."""
+
+    rank: int
+    bar: int  # the bar's id within the rank
+    desc: str
+    n: float
+    total: float | None
+    stats: str  # "37/100 [00:02<00:04, 15.2it/s]"
+    text: str  # the whole meter as tqdm writes it in a terminal
+    closed: bool = False
+    leave: bool = True
 
 
 @dataclass(frozen=True)
@@ -106,6 +135,8 @@ class MemoryWarning:
 Event = (
     RunStarted
     | OutputLine
+    | WorkerDisplay
+    | BarUpdate
     | MetricLogged
     | ProgressUpdate
     | HangReported
@@ -133,3 +164,14 @@ def poll_hooks_ask_stop(hooks: Iterable[Callable[[], Any]]) -> bool:
         except Exception:
             pass
     return requested
+
+
+def tick(observers: Any) -> None:
+    """Give observers that buffer (the cell printer's `tick()`) a chance to draw while ranks are quiet."""
+    for observer in tuple(observers):
+        draw = getattr(observer, "tick", None)
+        if draw is not None:
+            try:
+                draw()
+            except Exception:  # noqa: BLE001 - drawing must never break a run
+                pass

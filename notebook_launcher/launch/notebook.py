@@ -87,9 +87,18 @@ def _plan_and_watchers(fn, args, kwargs, options: dict[str, Any], config_overrid
         say=say,
         overrides=overrides,
     )
+    return plan, _watchers(options)
+
+
+def _watchers(options: dict[str, Any]) -> list[Any]:
+    """The cell printer (unless quiet) before the caller's observers; with a RunView shown instead
+    of the lines, the ranks' display() outputs still go to the cell (the view has no place for them)."""
     observers = list(options["observers"])
-    watchers = observers if options["quiet"] else [CellPrinter(options["show_ranks"]), *observers]
-    return plan, watchers
+    if not options["quiet"]:
+        return [CellPrinter(options["show_ranks"]), *observers]
+    if options.get("view"):
+        return [CellPrinter(options["show_ranks"], only_displays=True), *observers]
+    return observers
 
 
 def notebook_launch(
@@ -216,9 +225,7 @@ def _cluster_run(fn, args, kwargs, options: dict[str, Any], config_overrides, po
     from ..clusters.launching import cluster_run
 
     overrides = dict(mixed_precision=options["mixed_precision"], **config_overrides)
-    observers = list(options["observers"])
-    watchers = observers if options["quiet"] else [CellPrinter(options["show_ranks"]), *observers]
-    return cluster_run(fn, args, kwargs, options, overrides, watchers, poll_hooks)
+    return cluster_run(fn, args, kwargs, options, overrides, _watchers(options), poll_hooks)
 
 
 def _config_may_name_cluster(config: Any) -> bool:

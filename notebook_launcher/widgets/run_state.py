@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..launch.events import (
+    BarUpdate,
     MemorySampled,
     MemoryWarning,
     MetricLogged,
@@ -23,6 +24,7 @@ from ..launch.events import (
     RunStarted,
     StepsMeasured,
 )
+from ..launch.progress_view import prune
 from ..system.host_memory import format_bytes
 
 MAX_LINES_PER_RANK = 2000
@@ -61,6 +63,8 @@ class RunState:
     all_lines: deque[tuple[int, str, str]] = field(default_factory=lambda: deque(maxlen=MAX_LINES_PER_RANK))
     line_counts: dict[int, int] = field(default_factory=dict)  # lines received per rank, ever
     progress: dict[int, Progress] = field(default_factory=dict)
+    bars: dict[tuple[int, int], BarUpdate] = field(default_factory=dict)  # tqdm bars by (rank, bar)
+    bars_folded: int = 0
     metrics: list[dict[str, Any]] = field(default_factory=list)
     finished: RunFinished | None = None
     traceback_shown: bool = False
@@ -80,11 +84,19 @@ class RunState:
             for rank in self.local_ranks:
                 self._lines_of(rank)
         elif isinstance(event, OutputLine):
+            if event.live:  # a "\r" line not yet ended: the cell shows it; the panes get it once ended
+                return
             self._lines_of(event.rank).append((event.stream, event.text))
             self.line_counts[event.rank] = self.line_counts.get(event.rank, 0) + 1
             self.all_lines.append((event.rank, event.stream, event.text))
         elif isinstance(event, ProgressUpdate):
             self._apply_progress(event)
+        elif isinstance(event, BarUpdate):  # a rank's tqdm bar (launch/worker/progress_relay.py)
+            if event.closed and not event.leave:
+                self.bars.pop((event.rank, event.bar), None)
+            else:
+                self.bars[(event.rank, event.bar)] = event
+                self.bars_folded += prune(self.bars)
         elif isinstance(event, MetricLogged):
             row = {"rank": event.rank, "step": event.step, "time": event.time}
             row.update(event.values)

@@ -21,6 +21,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from ..launch.events import HangReported, RunFinished, RunStarted
+from ..launch.progress_view import bars_bundle
 from .ansi_html import ansi_to_html
 from .chart import svg_chart
 from .hang_view import HangBox
@@ -63,6 +64,8 @@ class RunView(widgets.VBox):
         self.memory_line.add_class("nl-memory")
         self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="320px"))
         self.progress_label = widgets.Label("")
+        self.bars = widgets.HTML("", layout=widgets.Layout(display="none"))  # the ranks' tqdm bars
+        self._drawn_bars: Any = None
         self.tabs = widgets.Tab(layout=widgets.Layout(width="100%"))
         self.panes: dict[int, widgets.HTML] = {}
         self.steps_pane = widgets.HTML(steps_html({}), layout=widgets.Layout(width="100%"))
@@ -95,6 +98,7 @@ class RunView(widgets.VBox):
                 self.mesh_grid,
                 self.memory_line,
                 self.progress_row,
+                self.bars,
                 self.hang_box.pane,
                 self.tabs,
                 self.chart_box,
@@ -194,12 +198,21 @@ class RunView(widgets.VBox):
                 self._drawn_steps = dict(self.state.steps)
                 self.steps_pane.value = steps_html(self._drawn_steps)
             self._draw_progress()
+            self._draw_bars()
             self._draw_chart()
             self.status.value = self._status_html()
             self._draw_memory()
             if self.state.finished is not None:
                 self.stop_button.disabled = True
                 self.stop_button.description = "Stop"
+
+    def _draw_bars(self) -> None:
+        shown = (tuple(self.state.bars.values()), self.state.bars_folded)
+        if shown == self._drawn_bars:
+            return
+        self._drawn_bars = shown
+        self.bars.value = bars_bundle(shown[0], shown[1])["text/html"] if shown[0] else ""
+        self.bars.layout.display = "" if shown[0] else "none"
 
     def _set_ranks(self, ranks: list[int]) -> None:
         keys = [ALL_RANKS, *ranks]

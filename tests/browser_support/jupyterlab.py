@@ -6,6 +6,7 @@ LabServer), never fixed sleeps.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import tempfile
 from collections.abc import Iterator
@@ -124,3 +125,21 @@ def widget_problems(page: Any) -> list[str]:
             problems.append("widget shown as text: " + text.strip()[:80])
     problems += [f"not rendered: {w}" for w in page.evaluate(WIDGET_OUTPUTS) if not w["rendered"]]
     return problems
+
+
+@contextlib.contextmanager
+def notebook_page(
+    playwright: Any, lab: Any, profile_dir: str, notebook: str, timeout_ms: int = 60_000
+) -> Any:
+    """A browser on `notebook` with every cell started; closed (and the kernel's session removed) after."""
+    browser = launch_browser(playwright, profile_dir)
+    try:
+        page = browser.new_page()
+        page.set_default_timeout(timeout_ms)
+        open_notebook(page, lab, notebook)
+        assert run_all_cells(page) is True, error_outputs(page)
+        yield page
+        page.close()
+    finally:
+        browser.close()
+        lab.delete_sessions()

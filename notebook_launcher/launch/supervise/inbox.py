@@ -15,12 +15,16 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from ..events import MetricLogged, OutputLine, ProgressUpdate, StepsMeasured
+from ..events import BarUpdate, MetricLogged, OutputLine, ProgressUpdate, StepsMeasured, WorkerDisplay
 from ..result import RankFailure, RunRecord, metric_row
 from ..traceback_view import fill_source
 from ..worker import channel
+from ..worker.relay import DISPLAY_MARK
+from .display_order import DisplayOrder
 from .memory_watch import MemoryWatch
 from .processes import Worker
+
+MARK_WAIT_SECONDS = 1.0
 
 
 class Inbox:
@@ -39,12 +43,15 @@ class Inbox:
         self.stopped_by_launcher = stopped_by_launcher
         self._warned_metrics: set[str] = set()
         self.memory = MemoryWatch()  # result.memory, and the warning before the OOM killer
+        self.displays = DisplayOrder(emit)
         record.memory = self.memory.record
 
     # ------------------------------------------------------------------ output
     def read_output(self, worker: Worker, stream: str) -> bool:
         """Read what is there; False once the pipe reached end of file (and its last line was emitted)."""
         conn = worker.out if stream == "stdout" else worker.err
+        if not conn.poll(0):  # read already: a display message catches up on output first (catch_up)
+            return True
         try:
             chunk = os.read(conn.fileno(), 65536)
         except OSError:
@@ -59,15 +66,56 @@ class Inbox:
         return True
 
     def _emit_lines(self, worker: Worker, stream: str, data: bytes, final: bool = False) -> bytes:
+        """Complete lines go to the record and the observers; a line rewritten with "\r" (a plain
+        progress bar, `print(..., end="\r")`) counts as what it shows last, and while it has no
+        newline yet, observers get it as a live line."""
         *complete, rest = data.split(b"\n")
         if final and rest:
             complete.append(rest)
             rest = b""
         for raw in complete:
-            text = raw.decode("utf-8", errors="replace")
+            text = _shown(raw).decode("utf-8", errors="replace")
+            if text.startswith(DISPLAY_MARK):
+                self._display_here(worker, text)
+                continue
             worker.lines.append(text)
             self.emit(OutputLine(worker.rank, stream, text))
+        if b"\r" in rest:
+            shown = _shown(rest)
+            rest = shown + b"\r" if rest.endswith(b"\r") else shown
+            if shown.strip():
+                self.emit(OutputLine(worker.rank, stream, shown.decode("utf-8", errors="replace"), live=True))
         return rest
+
+    def _display_here(self, worker: Worker, mark: str) -> None:
+        """The mark of a display: show it now, after the lines before it (its message is sent right
+        after the mark, so wait for it briefly)."""
+        try:
+            seq = int(mark[len(DISPLAY_MARK) :])
+        except ValueError:
+            return
+        deadline = time.monotonic() + MARK_WAIT_SECONDS
+        while not self.displays.has(worker.rank, seq) and not worker.msg.closed:
+            if not worker.msg.poll(max(0.0, deadline - time.monotonic())) or not self.read_message(worker):
+                break
+        self.displays.mark(worker.rank, seq)
+
+    def relayed(self, worker: Worker, kind: str, payload: Any) -> bool:
+        """A display, clear or progress-bar message (launch/worker/relay.py); False for other kinds."""
+        if kind == channel.DISPLAY:
+            event = WorkerDisplay(
+                worker.rank, payload["data"], payload["metadata"], payload["display_id"], payload["update"]
+            )
+            self.displays.arrived(worker.rank, payload["seq"], event)
+        elif kind == channel.CLEAR:
+            self.displays.arrived(
+                worker.rank, payload["seq"], WorkerDisplay(worker.rank, {}, clear=True, wait=payload["wait"])
+            )
+        elif kind == channel.BAR:
+            self.emit(BarUpdate(worker.rank, **payload))
+        else:
+            return False
+        return True
 
     def drain(self, worker: Worker) -> None:
         """Read whatever an exited worker left in its pipes (without waiting on anything it started)."""
@@ -81,6 +129,7 @@ class Inbox:
         while not worker.msg.closed and worker.msg.poll(0):
             if not self.read_message(worker):
                 break
+        self.displays.flush(worker.rank)  # a display whose mark never came (stdout redirected) still shows
 
     # ---------------------------------------------------------------- messages
     def read_message(self, worker: Worker) -> bool:
@@ -115,6 +164,8 @@ class Inbox:
         elif kind == channel.MEMORY:
             for event in self.memory.ingest(worker.rank, payload):
                 self.emit(event)
+        else:
+            self.relayed(worker, kind, payload)
         return True
 
     def _take_result(self, worker: Worker, payload: dict[str, Any]) -> None:
@@ -179,3 +230,11 @@ class Inbox:
             worker.lines.append(line)
         self.record.failures.append(failure)
         self.on_failure()
+
+
+def _shown(raw: bytes) -> bytes:
+    """What a terminal shows of a line rewritten with "\r": its last non-empty part."""
+    if b"\r" not in raw:
+        return raw
+    parts = [part for part in raw.split(b"\r") if part.strip()]
+    return parts[-1] if parts else b""

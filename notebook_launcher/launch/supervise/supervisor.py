@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..events import HangReported, OutputLine, RunFinished, RunStarted, poll_hooks_ask_stop
+from ..events import HangReported, OutputLine, RunFinished, RunStarted, poll_hooks_ask_stop, tick
 from ..faults.rendezvous_watch import RendezvousWatch
 from ..faults.stall import HangWatch, is_dump_line
 from ..planning import LaunchPlan
@@ -195,6 +195,7 @@ class Supervisor:
         for key, _ in self.selector.select(timeout):
             worker, what = key.data
             self._handle(worker, what, key.fd)
+        tick(self.observers)
 
     def _stop_with_stacks(self, outcome: str) -> str:
         self._dump_stacks()

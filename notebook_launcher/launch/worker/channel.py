@@ -27,6 +27,7 @@ RESULT, ERROR, METRIC, PROGRESS, STARTED = "result", "error", "metric", "progres
 CHECKPOINT, PREEMPTED = "checkpoint", "preempted"  # save_state() wrote one; the ranks agreed to stop
 MEMORY = "memory"  # a rank's memory sample (launch/worker/memory_sampler.py)
 PERFORMANCE = "performance"  # a rank's step breakdown so far (runtime/world/step_clock.py)
+DISPLAY, CLEAR, BAR = "display", "clear", "bar"  # relayed display()/clear_output()/tqdm (relay.py)
 
 # Failures that are the symptom of another rank dying (its peer connection closed), not a cause.
 _SECONDARY_TYPES = ("DistBackendError", "DistNetworkError")

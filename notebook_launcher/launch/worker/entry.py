@@ -115,6 +115,9 @@ def prepare_process(out_conn: Connection, err_conn: Connection) -> None:
     _die_with_parent()
     _let_go_of_the_forkserver()
     _reset_inherited_state()
+    from . import relay
+
+    relay.install()  # before user code: nothing may reach the kernel's sockets (relay.py)
     import faulthandler
 
     faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
@@ -136,10 +139,12 @@ def run_prepared(spec: WorkerSpec, target: Any, msg_conn: Connection) -> None:
 
     exit_without_teardown()
     from ...system.host_memory import return_freed_memory_to_os
+    from . import relay
     from .channel import WorkerChannel
     from .memory_sampler import MemorySampler
 
     channel = WorkerChannel(msg_conn)
+    relay.connect(channel.telemetry_sink)
     channel.send_started()
     return_freed_memory_to_os()
     sampler = MemorySampler(channel.telemetry_sink).start()
