@@ -29,6 +29,7 @@ from ..system.network import free_port, port_is_free, socket_interface_env, wait
 from ..system.private_files import RUN_DIR_ENV, make_private_dir
 from ..system.store import ALL_INTERFACES, LOOPBACK, host_store, store_bind_address
 from .bootstrap import LAUNCHER_PID_ENV
+from .machines import MachinesMissing, bounded_exit_installed
 
 BOOTSTRAP = "notebook_launcher.cli.bootstrap"
 RANK_PREFIX_TEMPLATE = "[rank${rank}] "  # as notebook_launch prints; torchrun fills in the global rank
@@ -271,9 +272,15 @@ def _run_torchrun(plan: RunPlan, args: list[str], debug: bool, err: Any, extra_e
             return 1
     args = _with_handled_signals(torchrun.get_args_parser(), args)
     # Each worker arms a death signal for its parent, this process (cli/bootstrap.py).
-    with patched_environ({**plan.env, **extra_env, LAUNCHER_PID_ENV: str(os.getpid())}):
+    with (
+        patched_environ({**plan.env, **extra_env, LAUNCHER_PID_ENV: str(os.getpid())}),
+        bounded_exit_installed(plan.config),
+    ):
         try:
             torchrun.run(torchrun.parse_args(args))
+        except MachinesMissing as exc:
+            print(f"notebook-launcher: {exc}", file=err)
+            return 1
         except ChildFailedError as exc:
             print(describe_failures(exc.failures), file=err)
             crashed = any(f.exitcode == -signal.SIGSEGV for f in exc.failures.values())
