@@ -53,25 +53,46 @@ def test_machine_0_ends_within_the_bound_when_machine_1s_launcher_is_killed(tmp_
         port, env = free_port(), cli_env(folder)
         runs[mode] = [
             start_cli(
-                ["launch", "--num_machines", "2", "--machine_rank", str(rank), "--main_process_ip", "127.0.0.1",
-                 "--main_process_port", str(port), "--num_processes", "2", "--cpu",
-                 "probe.py", str(folder), str(rank), mode],
-                cwd=folder, env=env,
+                [
+                    "launch",
+                    "--num_machines",
+                    "2",
+                    "--machine_rank",
+                    str(rank),
+                    "--main_process_ip",
+                    "127.0.0.1",
+                    "--main_process_port",
+                    str(port),
+                    "--num_processes",
+                    "2",
+                    "--cpu",
+                    "probe.py",
+                    str(folder),
+                    str(rank),
+                    mode,
+                ],
+                cwd=folder,
+                env=env,
             )  # fmt: skip
             for rank in (0, 1)
         ]
-    for mode, (machine0, machine1) in runs.items():
+    for mode, (_, machine1) in runs.items():
         _wait_for(tmp_path / mode / "ready1", machine1)
     time.sleep(2 * BEAT_SECONDS + 1)  # "after": machine 1's worker has exited and its launcher is at the exit
     went = time.monotonic()
-    for mode, (machine0, machine1) in runs.items():
+    for mode, (_, machine1) in runs.items():
         os.kill(machine1.pid, signal.SIGKILL)  # the launcher only: its worker, if any, dies with it
         (tmp_path / mode / "go").write_text("")
-    results = {mode: finish(machine0, timeout=GONE_AFTER_SECONDS + 120) for mode, (machine0, _) in runs.items()}
+    results = {
+        mode: finish(machine0, timeout=GONE_AFTER_SECONDS + 120) for mode, (machine0, _) in runs.items()
+    }
     took = time.monotonic() - went
-    for (_, machine1) in runs.values():
+    for _, machine1 in runs.values():
         machine1.wait(timeout=30)
-    states = {"after": "its workers had finished, and it was waiting at the exit", "before": "its workers were running"}
+    states = {
+        "after": "its workers had finished, and it was waiting at the exit",
+        "before": "its workers were running",
+    }
     for mode, result in results.items():
         assert result.returncode == 1, explain(result)
         assert "machine 1 (host" in result.stderr and "--machine_rank 1)" in result.stderr, explain(result)
