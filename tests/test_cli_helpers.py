@@ -86,3 +86,9 @@ def run_cli(
 def explain(result: subprocess.CompletedProcess) -> str:
     """What to show when an assertion about a CLI run fails."""
     return f"exit {result.returncode}\n--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
+
+
+def machine_args(machine_rank: int, address: str, port: int, num_processes: int = 2) -> list[str]:
+    """`launch`'s flags for one of two machines meeting at address:port, on the CPU."""
+    return ["launch", "--num_machines", "2", "--machine_rank", str(machine_rank), "--main_process_ip", address,
+            "--main_process_port", str(port), "--num_processes", str(num_processes), "--cpu"]  # fmt: skip

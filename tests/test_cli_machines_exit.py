@@ -14,7 +14,7 @@ import signal
 import time
 
 import pytest
-from test_cli_helpers import cli_env, explain, finish, free_port, start_cli
+from test_cli_helpers import cli_env, explain, finish, free_port, machine_args, start_cli
 
 from notebook_launcher.cli.machines import BEAT_SECONDS, GONE_AFTER_SECONDS
 
@@ -53,27 +53,10 @@ def test_machine_0_ends_within_the_bound_when_machine_1s_launcher_is_killed(tmp_
         port, env = free_port(), cli_env(folder)
         runs[mode] = [
             start_cli(
-                [
-                    "launch",
-                    "--num_machines",
-                    "2",
-                    "--machine_rank",
-                    str(rank),
-                    "--main_process_ip",
-                    "127.0.0.1",
-                    "--main_process_port",
-                    str(port),
-                    "--num_processes",
-                    "2",
-                    "--cpu",
-                    "probe.py",
-                    str(folder),
-                    str(rank),
-                    mode,
-                ],
+                [*machine_args(rank, "127.0.0.1", port), "probe.py", str(folder), str(rank), mode],
                 cwd=folder,
                 env=env,
-            )  # fmt: skip
+            )
             for rank in (0, 1)
         ]
     for mode, (_, machine1) in runs.items():
