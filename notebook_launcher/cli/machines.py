@@ -200,7 +200,7 @@ def _wait_for(done: Any, board: MachineBoard, started: float, phase: str, agent:
         if gone:
             raise MachinesMissing(
                 "this machine's workers have finished, but "
-                + ("these machines are gone:\n  " if len(gone) > 1 else "this machine is gone: ")
+                + ("these other machines are gone:\n  " if len(gone) > 1 else "another machine is gone: ")
                 + "\n  ".join(gone)
                 + f"\n(a machine is taken as gone after {GONE_AFTER_SECONDS:g} s without a report)"
             )
