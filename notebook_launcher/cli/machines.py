@@ -29,6 +29,7 @@ from datetime import timedelta
 from typing import Any
 
 from ..config import LaunchConfig
+from ..system.store import ALL_INTERFACES, LOOPBACK, store_bind_address
 
 GONE_AFTER_SECONDS = 15.0
 BEAT_SECONDS = 1.0
@@ -250,9 +251,10 @@ def bounded_exit_installed(config: LaunchConfig) -> Iterator[None]:
     from torch.distributed.launcher import api
 
     torchs = api.LocalElasticAgent
-    api.LocalElasticAgent = bounded_exit_agent(
-        str(config.main_process_ip), int(config.main_process_port), config.machine_rank
-    )
+    host = str(config.main_process_ip)
+    if config.machine_rank == 0 and store_bind_address(host, config.num_machines) == ALL_INTERFACES:
+        host = LOOPBACK  # the store listens on every interface; its own address may not route back here
+    api.LocalElasticAgent = bounded_exit_agent(host, int(config.main_process_port), config.machine_rank)
     try:
         yield
     finally:
