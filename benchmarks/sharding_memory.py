@@ -3,6 +3,7 @@ sharded initialisation, beside `estimate_memory`'s figures.
 
     python benchmarks/sharding_memory.py               # ~50M-parameter transformer, 2 CPU processes
     python benchmarks/sharding_memory.py --width 512   # smaller and quicker
+    python benchmarks/sharding_memory.py --layers 3 --start_method spawn   # libraries imported in the window
 
 Each row trains the same model (TransformerEncoderLayer blocks, AdamW, fp32) for a few steps on
 2 processes launched with notebook_launch; "+ sharded init" builds it inside
@@ -160,6 +161,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seq", type=int, default=32)
     parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument(
+        "--start_method",
+        default="auto",
+        help="spawn: workers import torch and DeepSpeed themselves, inside the measured window",
+    )
     args = parser.parse_args()
     kwargs = dict(width=args.width, layers=args.layers, steps=args.steps, batch=args.batch, seq=args.seq)
     estimate = estimate_memory(lambda: build_model(args.width, args.layers), args.processes)
@@ -172,6 +178,7 @@ def main() -> None:
                 num_processes=args.processes,
                 timeout=1800,
                 quiet=True,
+                start_method=args.start_method,
                 **options,
             )
         except Exception as error:  # e.g. DeepSpeed not installed: report, keep the other rows

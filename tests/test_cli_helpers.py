@@ -123,3 +123,9 @@ def two_machines_here(fn, master_addr: str, port: int) -> dict:
     for thread in threads:
         thread.join(90)
     return results
+
+
+def machine_args(machine_rank: int, address: str, port: int, num_processes: int = 2) -> list[str]:
+    """`launch`'s flags for one of two machines meeting at address:port, on the CPU."""
+    return ["launch", "--num_machines", "2", "--machine_rank", str(machine_rank), "--main_process_ip", address,
+            "--main_process_port", str(port), "--num_processes", str(num_processes), "--cpu"]  # fmt: skip

@@ -18,7 +18,6 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -28,8 +27,10 @@ from ..config.env import GRACEFUL_PREEMPTION_ENV
 from ..errors import ConfigError, NetworkError
 from ..estimate.performance import REPORT_ENV, PerformanceReport
 from ..system.network import free_port, port_is_free, socket_interface_env, wait_for_main
+from ..system.private_files import RUN_DIR_ENV, make_private_dir
 from ..system.store import ALL_INTERFACES, LOOPBACK, host_store, store_bind_address
 from .bootstrap import LAUNCHER_PID_ENV
+from .machines import MachinesMissing, bounded_exit_installed
 
 BOOTSTRAP = "notebook_launcher.cli.bootstrap"
 RANK_PREFIX_TEMPLATE = "[rank${rank}] "  # as notebook_launch prints; torchrun fills in the global rank
@@ -218,29 +219,28 @@ def _quiet_elastic_logs(level: int) -> None:
 def execute(plan: RunPlan, *, debug: bool = False, err: Any = None) -> int:
     """Run the plan through torchrun; 0 on success, 1 when a rank failed, 128+N on signal N.
 
-    Without --log_dir, torchrun's logs and error files go to a temporary folder removed afterwards
+    The run gets a private directory (system/private_files.py) that the workers find through
+    RUN_DIR_ENV, removed afterwards. Without --log_dir, torchrun's logs and error files go there too
     (torchrun's own default, a new /tmp/torchelastic_* folder per run, is never removed).
     """
     err = err or sys.stderr
-    log_dir = plan.log_dir or tempfile.mkdtemp(prefix="notebook_launcher_logs_")
+    run_dir = make_private_dir()
     args = plan.torchrun_args
     if plan.log_dir is None:
         at = args.index("--module")
-        args = [*args[:at], f"--log_dir={log_dir}", *args[at:]]
+        args = [*args[:at], f"--log_dir={os.path.join(run_dir, 'logs')}", *args[at:]]
     store = hosted_store(plan.config)
-    figures = tempfile.mkdtemp(prefix="notebook_launcher_steps_") if plan.report_performance else None
-    if figures is not None:  # private (0700), removed below: where each rank leaves its step figures
+    figures = os.path.join(run_dir, "steps") if plan.report_performance else None
+    if figures is not None:  # in the private run directory: where each rank leaves its step figures
+        os.mkdir(figures, 0o700)
         plan = replace(plan, env={**plan.env, REPORT_ENV: figures})
     try:
-        return _run_torchrun(plan, args, debug, err)
+        return _run_torchrun(plan, args, debug, err, {RUN_DIR_ENV: run_dir})
     finally:
         store = None  # noqa: F841 - closes the rendezvous port
-        if plan.log_dir is None:
-            shutil.rmtree(log_dir, ignore_errors=True)
         if figures is not None:
-            report = PerformanceReport.from_folder(figures)
-            shutil.rmtree(figures, ignore_errors=True)
-            print(f"notebook-launcher: {report}", file=err, flush=True)
+            print(f"notebook-launcher: {PerformanceReport.from_folder(figures)}", file=err, flush=True)
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def hosted_store(config: LaunchConfig) -> Any:
@@ -264,7 +264,7 @@ def hosted_store(config: LaunchConfig) -> Any:
         ) from None
 
 
-def _run_torchrun(plan: RunPlan, args: list[str], debug: bool, err: Any) -> int:
+def _run_torchrun(plan: RunPlan, args: list[str], debug: bool, err: Any, extra_env: dict[str, str]) -> int:
     from torch.distributed import run as torchrun
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -282,9 +282,15 @@ def _run_torchrun(plan: RunPlan, args: list[str], debug: bool, err: Any) -> int:
             return 1
     args = _with_handled_signals(torchrun.get_args_parser(), args)
     # Each worker arms a death signal for its parent, this process (cli/bootstrap.py).
-    with patched_environ({**plan.env, LAUNCHER_PID_ENV: str(os.getpid())}):
+    with (
+        patched_environ({**plan.env, **extra_env, LAUNCHER_PID_ENV: str(os.getpid())}),
+        bounded_exit_installed(plan.config),
+    ):
         try:
             torchrun.run(torchrun.parse_args(args))
+        except MachinesMissing as exc:
+            print(f"notebook-launcher: {exc}", file=err)
+            return 1
         except ChildFailedError as exc:
             print(describe_failures(exc.failures), file=err)
             crashed = any(f.exitcode == -signal.SIGSEGV for f in exc.failures.values())

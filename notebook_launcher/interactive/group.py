@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import selectors
+import shutil
 import signal
 import threading
 import time
@@ -31,6 +32,7 @@ from ..launch.supervise.processes import Worker, kill_and_reap, signal_group, si
 from ..launch.warm.standby import LaunchState
 from ..launch.worker import channel
 from ..launch.worker.forksafety import HelperProcesses, release_openmp_threads
+from ..system.private_files import RUN_DIR_ENV, make_private_dir
 from . import protocol
 from .rank_process import serve_rank
 
@@ -102,6 +104,7 @@ class RankGroup:
         self.started_at = time.time()
         self._next_id = 0
         self._closed = False
+        self.run_dir = make_private_dir()  # what the ranks write for the group (0700); removed by stop()
 
     # ------------------------------------------------------------------ start
     def start(self) -> None:
@@ -138,6 +141,7 @@ class RankGroup:
             self.plan.pool.launch_begins()  # the ranks are the server's children: keep it while they live
         state = LaunchState() if self.plan.pool is not None else None
         for spec in self.plan.specs:
+            spec.env[RUN_DIR_ENV] = self.run_dir
             ends: list[Connection] = []
             try:
                 for _ in range(3):
@@ -318,6 +322,7 @@ class RankGroup:
             rank.status = "dead"
             rank.cmd.close()
         self.selector.close()
+        shutil.rmtree(self.run_dir, ignore_errors=True)
         self.plan.store = None  # closes the rendezvous port
         if self.helpers is not None:
             self.helpers.stop_new()

@@ -7,11 +7,13 @@ environment and runtime state are restored afterwards so the kernel is left as i
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable
 from typing import Any
 
 from ..config import LaunchConfig, patched_environ, worker_env
+from ..system.private_files import RUN_DIR_ENV, make_private_dir
 from .result import LaunchResult, metric_row
 
 
@@ -34,12 +36,14 @@ def run_in_process(fn: Callable[..., Any], args: tuple, kwargs: dict, config: La
     start = time.monotonic()
     reset_state()
     telemetry.set_sink(sink)
+    env[RUN_DIR_ENV] = make_private_dir()  # what the run writes for itself; removed below
     try:
         with patched_environ(env):
             value = fn(*args, **kwargs)
     finally:
         telemetry.set_sink(None)
         reset_state()
+        shutil.rmtree(env[RUN_DIR_ENV], ignore_errors=True)
     return LaunchResult(
         [value],
         ranks=[0],

@@ -4,8 +4,9 @@ for a hang report.
 Progress is anything a rank sends: an output line (except the stack dumps we asked for), a step of
 a prepared data loader, a logged metric. After `stall_timeout` seconds without any, the supervisor
 asks for a report once; the next one comes only after progress resumed and stalled again. Each rank
-keeps its collective record (runtime/world/collective_log.py) in a file of a private directory made here
-and removed when the launch ends.
+keeps its collective record (runtime/world/collective_log.py) in a file of the run's private directory
+(system/private_files.py), made here, given to the ranks (RUN_DIR_ENV: what they write for the run
+goes there too) and removed when the launch ends.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from ...runtime.world.collective_log import ENV, read_record
+from ...system.private_files import RUN_DIR_ENV, make_private_dir
 from ..events import MetricLogged, OutputLine, ProgressUpdate
 from ..supervise.processes import Worker
 from .hang_report import HangReport, make_report, ranks_from
@@ -52,13 +53,15 @@ class HangWatch:
         self._answers = 0
         self._closed = False
         self.latest: HangReport | None = None
-        self._dir = tempfile.mkdtemp(prefix="notebook_launcher-activity-")
+        self._dir = make_private_dir()  # 0700; removed by close()
 
     # ------------------------------------------------------------- the workers
     def give_records(self, specs: Sequence[Any]) -> None:
-        """Tell each worker (through its env) where to keep its collective record."""
+        """Tell each worker (through its env) the run's private directory and where in it to keep its
+        collective record."""
         for spec in specs:
             spec.env[ENV] = self._path(spec.rank)
+            spec.env[RUN_DIR_ENV] = self._dir
 
     def _path(self, rank: int) -> str:
         return os.path.join(self._dir, f"rank{rank}")

@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -21,6 +20,7 @@ from typing import Any
 
 from ...config.enums import _StrEnum
 from ...errors import ConfigError
+from ...system.private_files import run_dir, write_private
 from .kwargs import KwargsHandler
 
 
@@ -202,7 +202,8 @@ def _enum_name(value: Any) -> str | None:
 
 
 def _ds_config_path(config: Any) -> str | None:
-    """A DeepSpeed config given as a dict is written once to a JSON file named by its content."""
+    """A DeepSpeed config given as a dict is written to this run's private directory (never to a
+    shared name another user could plant first; see system/private_files.py)."""
     if config is None or config == "none":
         return None
     if isinstance(config, (str, os.PathLike)):
@@ -210,13 +211,7 @@ def _ds_config_path(config: Any) -> str | None:
     if isinstance(config, dict):
         text = json.dumps(config, sort_keys=True)
         digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-        path = os.path.join(tempfile.gettempdir(), f"notebook_launcher-deepspeed-{digest}.json")
-        if not os.path.exists(path):
-            partial = f"{path}.{os.getpid()}"
-            with open(partial, "w") as fp:
-                fp.write(text)
-            os.replace(partial, path)
-        return path
+        return write_private(run_dir(), f"deepspeed-{digest}.json", text)
     raise ConfigError(
         f"DeepSpeedPlugin(hf_ds_config={type(config).__name__}) is not usable; pass the path of a DeepSpeed "
         "JSON file or the config as a dict."
