@@ -1,10 +1,11 @@
 """MkDocs hooks (mkdocs.yml): the pages that live outside docs/ and the generated reference.
 
-Adds the README as the home page, CHANGELOG.md, benchmarks/README.md and notebooks/*.ipynb (read where
-they are, so nothing is copied into docs/), one API page per public face (each public name rendered
+Adds the README as the home page, CHANGELOG.md and benchmarks/README.md (read where they are, so
+nothing is copied into docs/; the notebooks come in through the docs/examples link), one API page per public face (each public name rendered
 by mkdocstrings from its docstring, found statically: no torch needed) and the CLI page (every
 command's --help). Links written for GitHub (`docs/cli.md`, `../notebooks/x.ipynb`) are rewritten to
-the site's pages; a link to a file the site does not hold (a .py, a script) goes to the repository.
+the site's pages; a link to a file the site does not hold (a .py, a script) goes to the repository; a broken
+link is left alone for `--strict` to fail on.
 """
 
 from __future__ import annotations
@@ -38,10 +39,10 @@ LINK = re.compile(r"(\]\()([\w./-]+\.[A-Za-z]+|[\w./-]+/)(#[\w-]*)?(\))")
 
 def on_files(files: Files, config: Any) -> Files:
     """Add the pages read from outside docs/ and the generated reference."""
+    if str(ROOT) not in sys.path:  # the faces come from this checkout (they import no torch); here, since
+        sys.path.insert(0, str(ROOT))  # MkDocs restores sys.path after loading a hook module
     for uri, source in OUTSIDE.items():
         files.append(File.generated(config, uri, abs_src_path=str(ROOT / source)))
-    for book in sorted((ROOT / "notebooks").glob("*.ipynb")):
-        files.append(File.generated(config, f"notebooks/{book.name}", abs_src_path=str(book)))
     for page, module in FACES.items():
         files.append(File.generated(config, f"reference/{page}.md", content=api_page(module)))
     files.append(File.generated(config, "reference/cli.md", content=cli_page()))
@@ -51,17 +52,20 @@ def on_files(files: Files, config: Any) -> Files:
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
     """GitHub-relative links -> the site's pages, or the repository for files the site lacks."""
     uri = page.file.src_uri
-    source = OUTSIDE.get(uri) or (uri if uri.startswith(("notebooks/", "reference/")) else f"docs/{uri}")
+    source = OUTSIDE.get(uri) or (uri if uri.startswith("reference/") else f"docs/{uri}")
     here = posixpath.dirname(source)
     site_of = {v: k for k, v in OUTSIDE.items()}
 
     def rewrite(match: re.Match[str]) -> str:
         target = posixpath.normpath(posixpath.join(here, match[2]))
         site = site_of.get(target) or (target[5:] if target.startswith("docs/") else target)
+        site = "examples/" + site[10:] if site.startswith("notebooks/") else site
         if files.get_file_from_path(site) is not None:
             new = posixpath.relpath(site, posixpath.dirname(uri) or ".")
-        else:
+        elif (ROOT / target).exists():
             new = f"{config['repo_url'].rstrip('/')}/blob/main/{target}"
+        else:  # broken: left as written, so that `mkdocs build --strict` fails on it
+            return match[0]
         return f"{match[1]}{new}{match[3] or ''}{match[4]}"
 
     return LINK.sub(rewrite, markdown)
@@ -83,8 +87,6 @@ def public_names(module: str) -> dict[str, str]:
             where.update({a.asname or a.name: source for a in node.names})
         elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             where[node.name] = module
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
     face = importlib.import_module(module) if module != "notebook_launcher.tracking" else None
     lazy: dict[str, str] = getattr(face, "_LAZY", {})
     names = face.__all__ if face is not None else _literal_all(tree)
