@@ -96,7 +96,7 @@ def test_libcuda_is_found_in_the_process_map():
 DRIVER_C = "int cuDeviceGetCount(int *count) { *count = 1; return RESULT; }\n"
 PARENT = """
 import ctypes, sys
-from notebook_launcher import hardware
+from notebook_launcher.system import hardware
 from notebook_launcher.launch.planning import choose_start_method
 before = hardware.cuda_driver_initialized()
 ctypes.CDLL(sys.argv[1])  # what cudaGetDeviceCount does first: load the driver
