@@ -280,7 +280,7 @@ def test_import_and_hardware_detection_do_not_initialise_cuda():
         """
         import torch, notebook_launcher
         from notebook_launcher import LaunchConfig
-    from notebook_launcher.system import hardware
+        from notebook_launcher.system import hardware
         info = hardware.detect()
         notebook_launcher.Accelerator  # the lazy import of the runtime
         assert not torch.cuda.is_initialized(), "CUDA was initialised"
