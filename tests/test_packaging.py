@@ -86,7 +86,7 @@ def test_the_version_lives_in_one_place():
     assert done.stdout == f"notebook-launcher {__version__}\n" and main(["-V"]) == 0
 
 
-# Slow: build ~10 s, the venv with torch and the wheel ~90 s, the jobs inside ~60 s (2 cores, loaded).
+# Slow: ~95 s (build 9 s, the venv with torch and the wheel 28 s, the jobs inside 55 s; 2 shared cores).
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_the_wheel_alone_runs_the_readme_jobs_in_a_fresh_venv(tmp_path):
