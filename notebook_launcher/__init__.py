@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._lazy import face
+from ._version import __version__ as __version__
 from .config import DeepSpeedConfig, FSDPConfig, LaunchConfig, load_config, save_config
 from .errors import (
     AcceleratorError,
@@ -22,8 +23,6 @@ from .errors import (
     NotebookLauncherError,
 )
 from .view_factory import set_view_factory
-
-__version__ = "0.1.0"
 
 _RUNTIME = "notebook_launcher.runtime"
 _LAZY = {

@@ -8,7 +8,7 @@ PYTHON=${PYTHON:-python3}
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}
 
 "$PYTHON" -m pip install --quiet "torch==${TORCH_VERSION}"
-"$PYTHON" -m pip install --quiet -e ".[test]"
+"$PYTHON" -m pip install --quiet -e ".[test,docs]"  # docs: mkdocs for .ci/run's site build
 
 # DeepSpeed JIT-compiles two CPU ops on first use (~3 min); build them once here, not inside a test.
 # They are cached in ~/.cache/torch_extensions.

@@ -66,3 +66,37 @@ def playwright():
     playwright_api = pytest.importorskip("playwright.sync_api")
     with playwright_api.sync_playwright() as running:
         yield running
+
+
+# The fast tier (`python -m pytest -m "not slow"`, < 3 min on 2 cores; README): these files, which
+# check every room without long process-group runs. Every test elsewhere is marked slow here
+# (reason: its file starts real process groups, kernels, a browser, a cluster or fresh venvs for most
+# of its tests; seconds to minutes each), besides the tests marked slow by hand (> ~20 s each).
+FAST_FILES = {
+    "test_architecture.py",  # the house: import rules, module sizes
+    "test_packaging.py",  # declared dependencies, the version (its venv test is slow)
+    "test_binder.py",
+    "test_migration_doc.py",
+    "test_config.py",  # config/
+    "test_sharding_config.py",
+    "test_cluster_config.py",  # clusters/ (settings, refusals)
+    "test_network.py",  # system/
+    "test_environments.py",  # runtime/world: which world a script runs in
+    "test_estimate_memory.py",  # estimate/
+    "test_cli_units.py",  # cli/
+    "test_cli_bad_input.py",
+    "test_accelerate_api.py",  # runtime/accelerator
+    "test_accelerate_imports.py",  # the public faces
+    "test_accelerator.py",  # runtime + launch: real 2-process launches
+    "test_trackers_units.py",  # runtime/trackers
+    "test_hang_report.py",  # launch/supervise
+    "test_interactive.py",  # interactive/
+    "test_widgets_config_panel.py",  # widgets/
+    "test_widgets_run_view.py",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name not in FAST_FILES:
+            item.add_marker(pytest.mark.slow)

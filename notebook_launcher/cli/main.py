@@ -62,10 +62,10 @@ def _dispatch(command: str | None, rest: list[str]) -> int:
     if command in ("-h", "--help"):
         print(OVERVIEW, end="")
         return 0
-    if command == "--version":
-        from importlib.metadata import version
+    if command in ("-V", "--version"):
+        from .._version import __version__
 
-        print(f"{PROG} {version('notebook_launcher')}")
+        print(f"{PROG} {__version__}")
         return 0
     if command is None:
         print(OVERVIEW, end="", file=sys.stderr)

@@ -229,7 +229,7 @@ def _import_ray() -> Any:
         import ray
     except ImportError:
         raise ConfigError(
-            "cluster='ray' needs Ray in this kernel and on the cluster: pip install ray (the same version "
-            "as the cluster's)."
+            "cluster='ray' needs Ray in this kernel and on the cluster: pip install 'notebook_launcher[ray]' "
+            "(or pip install ray, the same version as the cluster's)."
         ) from None
     return ray

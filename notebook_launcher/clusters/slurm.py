@@ -228,7 +228,9 @@ def _import_submitit() -> Any:
     try:
         import submitit
     except ImportError:
-        raise ConfigError("cluster='slurm' submits with submitit: pip install submitit") from None
+        raise ConfigError(
+            "cluster='slurm' submits with submitit: pip install 'notebook_launcher[slurm]' (or pip install submitit)"
+        ) from None
     return submitit
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ..errors import ConfigError
 from ..view_factory import displayed_view
@@ -42,7 +42,7 @@ def _prepare(
         num_processes, config, start_method, say, overrides, restarts=True
     )
     payload = None
-    target = (fn, tuple(args), kwargs)
+    target: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None = (fn, tuple(args), kwargs)
     if method != "fork":
         payload = pickle_target(fn, tuple(args), kwargs, say)
         target = None
@@ -63,7 +63,13 @@ def _prepare(
     )
 
 
-def _plan_and_watchers(fn, args, kwargs, options: dict[str, Any], config_overrides: dict[str, Any]):
+def _plan_and_watchers(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: dict[str, Any] | None,
+    options: dict[str, Any],
+    config_overrides: dict[str, Any],
+) -> tuple[LaunchPlan, list[Any]]:
     """The shared front half of notebook_launch and start_launch: plan the run, pick observers."""
     if "stall_timeout" in config_overrides and config_overrides["stall_timeout"] is None:
         config_overrides = dict(config_overrides, stall_timeout=0)  # None here means off, not "unset"
@@ -171,7 +177,7 @@ def notebook_launch(
         options["quiet"] = True
     remote = _cluster_run(fn, args, kwargs, options, config_overrides, poll_hooks)
     if remote is not None:
-        return remote.run()
+        return cast(LaunchResult, remote.run())
     plan, watchers = _plan_and_watchers(fn, args, kwargs, options, config_overrides)
     run = RestartingRun(plan, Watch(watchers, poll_hooks), restart_on=restart_on)
     run.run()
@@ -217,7 +223,14 @@ def _reject_for_in_process(options: dict[str, Any]) -> None:
             )
 
 
-def _cluster_run(fn, args, kwargs, options: dict[str, Any], config_overrides, poll_hooks):
+def _cluster_run(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: dict[str, Any] | None,
+    options: dict[str, Any],
+    config_overrides: dict[str, Any],
+    poll_hooks: Sequence[Callable[[], Any]],
+) -> Any:
     """The launch on a cluster that cluster= (or the config's cluster_config) asks for; None for
     this machine. The clusters package is imported only here (the arrow is clusters -> launch)."""
     if options.get("cluster") is None and not _config_may_name_cluster(options["config"]):
@@ -233,7 +246,15 @@ def _config_may_name_cluster(config: Any) -> bool:
     return planning.build_config(config, {}).cluster_config.cluster_type != "local"
 
 
-def _launch_in_process(fn, args, kwargs, num_processes, config, mixed_precision, overrides) -> LaunchResult:
+def _launch_in_process(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: dict[str, Any] | None,
+    num_processes: int | None,
+    config: Any,
+    mixed_precision: str | None,
+    overrides: dict[str, Any],
+) -> LaunchResult:
     from .in_process import run_in_process
 
     if num_processes not in (None, 1):

@@ -51,14 +51,17 @@ def _installed(name: str) -> bool:
 
 
 def is_deepspeed_available() -> bool:
+    """DeepSpeed is installed (checked without importing it: its import is slow)."""
     return _installed("deepspeed")
 
 
 def is_torchao_available() -> bool:
+    """torchao (mixed_precision='fp8') is installed, checked without importing it."""
     return _installed("torchao")
 
 
 def is_cuda_available() -> bool:
+    """torch sees a CUDA device (torch.cuda.is_available())."""
     return torch.cuda.is_available()
 
 

@@ -10,7 +10,7 @@ import contextlib
 import os
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -51,6 +51,8 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, 
     fsdp_plugin, deepspeed_plugin, dynamo_backend/dynamo_plugin, rng_types, kwargs_handlers, ...);
     what is not given comes from the launch (notebook_launch, our CLI, or `accelerate launch`).
     """
+
+    step: int  # gradient accumulation's micro-step counter (also restored by load_state)
 
     def __init__(
         self,
@@ -107,7 +109,7 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, 
         process = get_state(self.config, cpu=cpu, **(pg.to_kwargs() if pg else {}))
         self.rng_types = check_rng_types(rng_types, process.device)  # what each epoch start synchronises
         self._distributed_type = resolve_distributed_type(self.config, process)
-        self.state = AcceleratorState.for_accelerator(
+        self.state = AcceleratorState.for_accelerator(  # type: ignore[assignment]  # ProcessState's fields and more
             process, self.config, self._distributed_type, settings.plugins
         )
         self._init_tracking(log_with)
@@ -184,7 +186,7 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, 
 
     def prepare_model(
         self, model: nn.Module, device_placement: bool | None = None, evaluation_mode: bool = False
-    ):
+    ) -> nn.Module:
         """Place and wrap one model (DDP, FSDP, ...); a module without trainable weights is only placed."""
         if id(model) in self._prepared_ids:
             raise AcceleratorError(
@@ -199,14 +201,18 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, 
         else:
             model = self.strategy.wrap_model(model, device_placement=placement)
             model = compile_model(
-                model, self.config.dynamo_config, getattr(self.state.dynamo_plugin, "options", None)
+                model,
+                self.config.dynamo_config,
+                getattr(getattr(self.state, "dynamo_plugin", None), "options", None),
             )
             self._models.append(model)
             step_clock.watch_model(model)
         self._prepared_ids.add(id(model))
         return model
 
-    def prepare_optimizer(self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None):
+    def prepare_optimizer(
+        self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None
+    ) -> AcceleratedOptimizer:
         if id(optimizer) in self._prepared_ids:
             raise AcceleratorError("This optimizer was already prepared; use the object prepare() returned.")
         self._prepared_ids.add(id(optimizer))
@@ -216,7 +222,7 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, 
         self._prepared_ids.add(id(wrapped))
         return wrapped
 
-    def prepare_scheduler(self, scheduler: Any):
+    def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
         self._prepared_ids.add(id(scheduler))
         mine = [o for o in self._optimizers if o.optimizer is scheduler.optimizer or o is scheduler.optimizer]
         wrapped = AcceleratedScheduler(
@@ -231,7 +237,7 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, 
         return wrapped
 
     def prepare_data_loader(
-        self, data_loader: DataLoader, device_placement: bool | None = None
+        self, data_loader: DataLoader[Any], device_placement: bool | None = None
     ) -> DataLoaderShard:
         """Shard a DataLoader over the processes, shuffle alike on every rank, move batches to device."""
         self._prepared_ids.add(id(data_loader))
@@ -312,10 +318,12 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, 
         for opt in [optimizer] if optimizer is not None else self._optimizers:
             self.precision.unscale_(getattr(opt, "optimizer", opt))
 
-    def clip_grad_norm_(self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0):
+    def clip_grad_norm_(
+        self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0
+    ) -> torch.Tensor:
         """Clip the (unscaled, synchronised) gradient norm; returns the total norm before clipping."""
         self.unscale_gradients()
-        return self.strategy.clip_grad_norm_(parameters, max_norm, norm_type)
+        return cast(torch.Tensor, self.strategy.clip_grad_norm_(parameters, max_norm, norm_type))
 
     def clip_grad_value_(self, parameters: Iterable[torch.Tensor], clip_value: float) -> None:
         self.unscale_gradients()

@@ -27,6 +27,8 @@ class SavingAPI:
     """Mixin: needs self.strategy, self.precision, self._models/_optimizers/..., the state hooks,
     self.project_configuration and ProcessAPI."""
 
+    save_iteration: int  # the next automatic checkpoint's number
+
     def unwrap_model(self, model: nn.Module, keep_fp32_wrapper: bool = True) -> nn.Module:
         inner = self.strategy.unwrap_model(model)
         if not keep_fp32_wrapper:

@@ -38,7 +38,7 @@ class TrackingAPI:
             for name in missing:
                 print(
                     f"notebook_launcher: log_with {name!r} skipped: the {package_for(name)!r} package is not "
-                    f"installed (pip install {package_for(name)}).",
+                    f"installed (pip install {package_for(name)}, or pip install 'notebook_launcher[{name}]').",
                     file=sys.stderr,
                 )
             if log_with is not None and not chosen and not missing:

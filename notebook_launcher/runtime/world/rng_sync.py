@@ -72,5 +72,6 @@ def synchronize_rng_state(rng_type: str, generator: torch.Generator | None = Non
 
 
 def synchronize_rng_states(rng_types: Iterable[Any], generator: torch.Generator | None = None) -> None:
+    """Every rank takes rank 0's state of each RNG named in `rng_types` (synchronize_rng_state each)."""
     for rng_type in rng_types:
         synchronize_rng_state(rng_type, generator)

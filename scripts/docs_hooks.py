@@ -1,0 +1,123 @@
+"""MkDocs hooks (mkdocs.yml): the pages that live outside docs/ and the generated reference.
+
+Adds the README as the home page, CHANGELOG.md and benchmarks/README.md (read where they are, so
+nothing is copied into docs/; the notebooks come in through the docs/examples link), one API page per public face (each public name rendered
+by mkdocstrings from its docstring, found statically: no torch needed) and the CLI page (every
+command's --help). Links written for GitHub (`docs/cli.md`, `../notebooks/x.ipynb`) are rewritten to
+the site's pages; a link to a file the site does not hold (a .py, a script) goes to the repository; a broken
+link is left alone for `--strict` to fail on.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib
+import io
+import posixpath
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from mkdocs.structure.files import File, Files
+
+ROOT = Path(__file__).resolve().parent.parent
+OUTSIDE = {
+    "index.md": "README.md",
+    "CHANGELOG.md": "CHANGELOG.md",
+    "benchmarks/README.md": "benchmarks/README.md",
+}
+FACES = {
+    "notebook_launcher": "notebook_launcher",
+    "utils": "notebook_launcher.utils",
+    "state": "notebook_launcher.state",
+    "tracking": "notebook_launcher.tracking",
+}
+LINK = re.compile(r"(\]\()([\w./-]+\.[A-Za-z]+|[\w./-]+/)(#[\w-]*)?(\))")
+
+
+def on_files(files: Files, config: Any) -> Files:
+    """Add the pages read from outside docs/ and the generated reference."""
+    if str(ROOT) not in sys.path:  # the faces come from this checkout (they import no torch); here, since
+        sys.path.insert(0, str(ROOT))  # MkDocs restores sys.path after loading a hook module
+    for uri, source in OUTSIDE.items():
+        files.append(File.generated(config, uri, abs_src_path=str(ROOT / source)))
+    for page, module in FACES.items():
+        files.append(File.generated(config, f"reference/{page}.md", content=api_page(module)))
+    files.append(File.generated(config, "reference/cli.md", content=cli_page()))
+    return files
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
+    """GitHub-relative links -> the site's pages, or the repository for files the site lacks."""
+    uri = page.file.src_uri
+    source = OUTSIDE.get(uri) or (uri if uri.startswith("reference/") else f"docs/{uri}")
+    here = posixpath.dirname(source)
+    site_of = {v: k for k, v in OUTSIDE.items()}
+
+    def rewrite(match: re.Match[str]) -> str:
+        target = posixpath.normpath(posixpath.join(here, match[2]))
+        site = site_of.get(target) or (target[5:] if target.startswith("docs/") else target)
+        site = "examples/" + site[10:] if site.startswith("notebooks/") else site
+        if files.get_file_from_path(site) is not None:
+            new = posixpath.relpath(site, posixpath.dirname(uri) or ".")
+        elif (ROOT / target).exists():
+            new = f"{config['repo_url'].rstrip('/')}/blob/main/{target}"
+        else:  # broken: left as written, so that `mkdocs build --strict` fails on it
+            return match[0]
+        return f"{match[1]}{new}{match[3] or ''}{match[4]}"
+
+    return LINK.sub(rewrite, markdown)
+
+
+# ------------------------------------------------------------------ generated pages
+
+
+def public_names(module: str) -> dict[str, str]:
+    """Each public name of a face -> the module mkdocstrings reads it from (found without torch)."""
+    path = ROOT / (module.replace(".", "/") + (".py" if module != "notebook_launcher" else "/__init__.py"))
+    tree = ast.parse(path.read_text())
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    where: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module:
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            source = f"{base}.{node.module}" if node.level else node.module
+            where.update({a.asname or a.name: source for a in node.names})
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            where[node.name] = module
+    face = importlib.import_module(module) if module != "notebook_launcher.tracking" else None
+    lazy: dict[str, str] = getattr(face, "_LAZY", {})
+    names = face.__all__ if face is not None else _literal_all(tree)
+    return {name: lazy.get(name) or where[name] for name in sorted(names)}
+
+
+def _literal_all(tree: ast.Module) -> list[str]:
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    raise ValueError("no literal __all__")
+
+
+def api_page(module: str) -> str:
+    doc = importlib.import_module(module).__doc__ if module != "notebook_launcher.tracking" else None
+    lines = [f"# `{module}`", "", (doc or "").strip(), ""]
+    if module == "notebook_launcher.tracking":
+        lines[2] = "Accelerate's `accelerate.tracking` import path: the tracker classes and their helpers."
+    for name, source in public_names(module).items():
+        lines += [f"::: {source}.{name}", "    options:", "      heading_level: 2", ""]
+    return "\n".join(lines)
+
+
+def cli_page() -> str:
+    from notebook_launcher.cli.main import COMMANDS, OVERVIEW, main
+
+    lines = ["# Command line: `notebook-launcher`", "", "Generated from the commands' own `--help`.", ""]
+    lines += ["```text", OVERVIEW.rstrip(), "```", ""]
+    for command in COMMANDS:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            main([command, "--help"])
+        lines += [f"## `notebook-launcher {command}`", "", "```text", out.getvalue().rstrip(), "```", ""]
+    return "\n".join(lines)
