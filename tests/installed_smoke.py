@@ -200,11 +200,18 @@ def ray() -> None:
 
     from notebook_launcher import RayCluster, notebook_launch
 
+    # A newer Ray than the suite's writes ~/.ray/auth_token, which the suite's Ray (started with
+    # authentication off) then rejects: leave the machine as it was found.
+    token = Path.home() / ".ray" / "auth_token"
+    token_was_there = token.exists()
     try:
         result = notebook_launch(_rank, num_processes=2, cluster=RayCluster(), timeout=300)
     finally:
         ray_module.shutdown()
-        subprocess.run([str(BIN / "ray"), "stop", "--force"], capture_output=True, timeout=120)
+        # only the Ray this function started (its own session), not every Ray on the machine
+        subprocess.run([str(BIN / "ray"), "stop"], capture_output=True, timeout=120)
+        if not token_was_there:
+            token.unlink(missing_ok=True)
     assert sorted(result) == [0, 1], result
 
 
