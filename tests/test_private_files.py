@@ -83,8 +83,18 @@ def _old_shared_path(config: dict) -> str:
 
 def _left_in(tmp) -> list[str]:
     """What a launch left in the temp directory, less torch's compile cache (torchinductor_<user>,
-    made by torch when DeepSpeed imports torch._inductor, and kept across runs by design)."""
-    return sorted(name for name in os.listdir(tmp) if not name.startswith("torchinductor_"))
+    made by torch when DeepSpeed imports torch._inductor, and kept across runs by design) and the
+    user's own rank logs (launch/cell/rank_logs.py: output kept on purpose, the last 20 launches, in
+    a 0700 directory of this user's, checked here)."""
+    logs = os.path.join(tmp, f"notebook_launcher-{os.getuid()}")
+    if os.path.exists(logs):
+        info = os.lstat(logs)
+        assert info.st_uid == os.getuid() and (info.st_mode & 0o777) == 0o700, oct(info.st_mode)
+    return sorted(
+        name
+        for name in os.listdir(tmp)
+        if not name.startswith("torchinductor_") and name != f"notebook_launcher-{os.getuid()}"
+    )
 
 
 def _assert_private(seen: dict, tmp) -> None:
