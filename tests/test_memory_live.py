@@ -19,7 +19,7 @@ from notebook_launcher.system.host_memory import (
     parse_bytes,
     process_memory,
 )
-from notebook_launcher.widgets.run_state import RunState
+from notebook_launcher.widgets.view.run_state import RunState
 
 ALLOCATED = 160 * 2**20
 

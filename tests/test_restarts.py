@@ -272,7 +272,7 @@ def test_the_run_view_and_the_panel_know_restarts():
     from notebook_launcher import ConfigPanel
     from notebook_launcher.config import LaunchConfig
     from notebook_launcher.launch.events import RunFinished, RunRestarting, RunStarted
-    from notebook_launcher.widgets.run_state import RunState
+    from notebook_launcher.widgets.view.run_state import RunState
 
     state = RunState()
     state.apply(RunStarted(2, (0, 1), "fork", None))

@@ -15,10 +15,10 @@ import types
 import torch
 import torch.nn as nn
 
-from notebook_launcher.launch import colour
+from notebook_launcher.launch.cell import colour
+from notebook_launcher.launch.cell.traceback_view import fill_source, render_chain
 from notebook_launcher.launch.events import RunFinished, RunStarted
 from notebook_launcher.launch.result import RankFailure, WorkerError
-from notebook_launcher.launch.traceback_view import fill_source, render_chain
 from notebook_launcher.launch.worker.frames import capture
 from notebook_launcher.widgets import RunView
 

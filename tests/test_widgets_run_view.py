@@ -14,8 +14,8 @@ from notebook_launcher.launch.events import (
     StepsMeasured,
 )
 from notebook_launcher.widgets import RunView
-from notebook_launcher.widgets.chart import svg_chart, thin
-from notebook_launcher.widgets.run_state import RunState, format_seconds
+from notebook_launcher.widgets.view.chart import svg_chart, thin
+from notebook_launcher.widgets.view.run_state import RunState, format_seconds
 
 
 def started(world_size: int = 2) -> RunStarted:

@@ -2,7 +2,7 @@
 
 A failed cell shows one line of ours, then each failing rank's own traceback (user frames only:
 the ranks cut their command loop's frames), as a notebook_launch failure shows it: IPython's look,
-library frames folded (launch/traceback_view.py), every frame in `.full_traceback`. IPython shows
+library frames folded (launch/cell/traceback_view.py), every frame in `.full_traceback`. IPython shows
 an exception through its `_render_traceback_()` when it has one, so the kernel's own frames do not
 bury the ranks' story.
 """
@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import NotebookLauncherError
-from ..launch.rendering import render as _rendered
+from ..launch.cell.rendering import render as _rendered
+from ..launch.cell.traceback_view import fill_source
 from ..launch.result import RankFailure
-from ..launch.traceback_view import fill_source
 
 RESTART_HINT = (
     "Run `%ranks restart` (or `ranks.restart()`) to start fresh ranks; their namespaces start empty."

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..launch import planning
-from ..launch.output import CellPrinter
+from ..launch.cell.output import CellPrinter
 from ..launch.planning import LaunchPlan
 from ..launch.worker.channel import load_pickled
 from . import protocol

@@ -14,9 +14,9 @@ from typing import Any, cast
 from ..errors import ConfigError
 from ..view_factory import displayed_view
 from . import planning
+from .cell.output import CellPrinter
 from .faults.restarts import RestartingRun, check_restart_on
 from .handle import RunHandle, collect_result
-from .output import CellPrinter
 from .planning import LaunchPlan
 from .result import LaunchResult
 from .supervise.supervisor import Watch

@@ -7,7 +7,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, overload
 
 from ..errors import NotebookLauncherError
-from .rendering import render, shown_traceback
+from .cell.rendering import render, shown_traceback
 
 STARTUP_HINT = (
     "The worker died while starting, before your function ran (its own message went to this process's "

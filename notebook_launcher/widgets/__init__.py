@@ -9,19 +9,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .config_panel import ConfigPanel
-    from .run_view import RunView
+    from .panel.config_panel import ConfigPanel
+    from .view.run_view import RunView
 
 __all__ = ["ConfigPanel", "RunView"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "ConfigPanel":
-        from .config_panel import ConfigPanel
+        from .panel.config_panel import ConfigPanel
 
         return ConfigPanel
     if name == "RunView":
-        from .run_view import RunView
+        from .view.run_view import RunView
 
         return RunView
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

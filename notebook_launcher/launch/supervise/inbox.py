@@ -15,9 +15,9 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from ..cell.traceback_view import fill_source
 from ..events import BarUpdate, MetricLogged, OutputLine, ProgressUpdate, StepsMeasured, WorkerDisplay
 from ..result import RankFailure, RunRecord, metric_row
-from ..traceback_view import fill_source
 from ..worker import channel
 from ..worker.relay import DISPLAY_MARK
 from .display_order import DisplayOrder

@@ -115,9 +115,9 @@ def prepare_process(out_conn: Connection, err_conn: Connection) -> None:
     _die_with_parent()
     _let_go_of_the_forkserver()
     _reset_inherited_state()
-    from . import relay
+    from . import detach
 
-    relay.install()  # before user code: nothing may reach the kernel's sockets (relay.py)
+    detach.install()  # before user code: nothing may reach the kernel's sockets (detach.py)
     import faulthandler
 
     faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=False)

@@ -1,7 +1,7 @@
 """An exception's traceback as plain data, taken where the frames still exist (in the worker).
 
 The kernel cannot see a worker's frames, only what the worker sends. To show the user's frames
-with their source and fold the libraries' (launch/traceback_view.py), it needs each frame's
+with their source and fold the libraries' (launch/cell/traceback_view.py), it needs each frame's
 file, line, function, arguments, source lines and whose code it is — which library, or the
 user's. That is decided here: from a frame's module name and whether its file lies in the
 standard library, site-packages or this package. Everything returned is dicts, lists, str and int,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import html
 import importlib.util
 
-from ..config import LaunchConfig
-from ..system.hardware import HardwareInfo
+from ...config import LaunchConfig
+from ...system.hardware import HardwareInfo
 from .fields import Field, key_of_error
 
 STRATEGY_NAMES = {

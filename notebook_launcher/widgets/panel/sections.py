@@ -12,16 +12,16 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from ..config import LaunchConfig
-from ..config.launch_config import RDZV_BACKENDS
-from ..config.sections import (
+from ...config import LaunchConfig
+from ...config.launch_config import RDZV_BACKENDS
+from ...config.sections import (
     FSDP_SHARDING_STRATEGIES,
     FSDP_STATE_DICT_TYPES,
     FSDP_WRAP_POLICIES,
     OFFLOAD_DEVICES,
     ZERO_STAGES,
 )
-from ..system.hardware import HardwareInfo
+from ...system.hardware import HardwareInfo
 from .fields import Field, parse_optional_float, parse_optional_int, text_value
 
 GIB = 1024**3

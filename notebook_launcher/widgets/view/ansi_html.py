@@ -1,7 +1,7 @@
 """ANSI colour codes in a line of text -> escaped HTML with coloured spans, for the RunView's panes.
 
 A pane is an HTML widget, which would show escape codes as garbage: the folded traceback is
-coloured like IPython's (launch/colour.py), and workers print colours of their own (loggers,
+coloured like IPython's (launch/cell/colour.py), and workers print colours of their own (loggers,
 progress). Only SGR colour codes are understood; other escape sequences are dropped.
 """
 

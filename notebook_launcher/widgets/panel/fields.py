@@ -12,7 +12,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 LABEL_WIDTH = "150px"
 _KEY_IN_MESSAGE = re.compile(r"^(?:Unknown key '?)?([a-z_]+(?:\.[a-z_0-9]+)?)")

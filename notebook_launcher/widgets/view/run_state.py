@@ -12,7 +12,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..launch.events import (
+from ...launch.cell.progress_view import prune
+from ...launch.events import (
     BarUpdate,
     MemorySampled,
     MemoryWarning,
@@ -24,8 +25,7 @@ from ..launch.events import (
     RunStarted,
     StepsMeasured,
 )
-from ..launch.progress_view import prune
-from ..system.host_memory import format_bytes
+from ...system.host_memory import format_bytes
 
 MAX_LINES_PER_RANK = 2000
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from ..config import LaunchConfig
-from ..config.parallelism import from_section, mesh_coordinates
-from ..errors import ConfigError
+from ...config import LaunchConfig
+from ...config.parallelism import from_section, mesh_coordinates
+from ...errors import ConfigError
 from .fields import Field
 
 _PREFIX = "parallelism_config.parallelism_config_"

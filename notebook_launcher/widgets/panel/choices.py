@@ -14,7 +14,7 @@ from typing import Any
 import ipywidgets as widgets
 import traitlets
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 
 class ChoiceButtons(widgets.VBox):

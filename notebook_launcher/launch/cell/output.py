@@ -18,8 +18,7 @@ from collections import Counter, deque
 from collections.abc import Iterable
 from typing import Any
 
-from .cell_surface import cell_surface
-from .events import (
+from ..events import (
     BarUpdate,
     HangReported,
     MemoryWarning,
@@ -30,6 +29,7 @@ from .events import (
 )
 from .progress_view import bars_bundle, prune
 from .rank_logs import RankLogs
+from .surface import cell_surface
 
 LINES_SHOWN = 200  # a rank's first lines, streamed into the cell as they come
 TAIL_LINES = 20  # after that: its last lines, in one output updated in place

@@ -18,17 +18,17 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from ..config import LaunchConfig, default_config_path, load_config, resolve_config, save_config
-from ..errors import ConfigError
-from ..launch.events import RunFinished
-from ..system.hardware import HardwareInfo, detect
+from ...config import LaunchConfig, default_config_path, load_config, resolve_config, save_config
+from ...errors import ConfigError
+from ...launch.events import RunFinished
+from ...system.hardware import HardwareInfo, detect
+from ..view.run_view import RunView
+from .checks import check_combinations, field_of, summary_html, unsupported_precisions
 from .choices import ChoiceButtons
 from .fields import Field, key_of_error, parse_optional_int, text_value
-from .panel_checks import check_combinations, field_of, summary_html, unsupported_precisions
-from .panel_mesh import MeshSection
-from .panel_sections import DeepSpeedSection, FSDPSection, MachinesSection, hardware_html
-from .panel_where import WhereSection
-from .run_view import RunView
+from .mesh import MeshSection
+from .sections import DeepSpeedSection, FSDPSection, MachinesSection, hardware_html
+from .where import WhereSection
 
 STRATEGIES = [("auto", None), ("single", "NO"), ("DDP", "DDP"), ("FSDP", "FSDP"), ("DeepSpeed", "DEEPSPEED")]
 PRECISIONS = [("no", "no"), ("fp16", "fp16"), ("bf16", "bf16"), ("fp8", "fp8")]
@@ -301,7 +301,7 @@ class ConfigPanel(widgets.VBox):
         """
         from IPython.display import display
 
-        from ..launch import notebook_launch
+        from ...launch import notebook_launch
 
         config = self.config
         view = self._new_view(show_in_panel=False)
@@ -316,7 +316,7 @@ class ConfigPanel(widgets.VBox):
 
     def start(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Start `fn` in the background (what the Launch button does); returns the RunHandle."""
-        from ..launch import start_launch
+        from ...launch import start_launch
 
         config = self.config
         view = self._new_view(show_in_panel=True)

@@ -20,13 +20,13 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from ..launch.events import HangReported, RunFinished, RunStarted
-from ..launch.progress_view import bars_bundle
+from ...launch.cell.progress_view import bars_bundle
+from ...launch.events import HangReported, RunFinished, RunStarted
+from ..panel.mesh import mesh_grid_html
 from .ansi_html import ansi_to_html
 from .chart import svg_chart
 from .hang_view import HangBox
 from .kernel_pump import CommPump
-from .panel_mesh import mesh_grid_html
 from .run_state import RunState
 from .steps_view import steps_html
 

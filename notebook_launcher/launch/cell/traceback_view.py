@@ -17,8 +17,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from ..worker.frames import source_lines
 from . import colour
-from .worker.frames import source_lines
 
 HEADER = "Traceback (most recent call last)"
 HEADER_COLUMN = 42  # where IPython puts HEADER after the exception's name

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from ..estimate.performance import PerformanceReport
+from ...estimate.performance import PerformanceReport
 
 COLOURS = {"data": "#f9a825", "compute": "#1e88e5", "wait": "#e53935", "other": "#9e9e9e"}
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from ..config import LaunchConfig
+from ...config import LaunchConfig
 from .choices import ChoiceButtons
 from .fields import Field, parse_optional_int, text_value
 
