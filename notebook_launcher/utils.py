@@ -60,6 +60,10 @@ _LAZY = {
         (
             "extract_model_from_parallel",
             "is_bf16_available",
+            "is_bnb_available",
+            "is_hpu_available",
+            "is_rocm_available",
+            "is_xpu_available",
             "is_cuda_available",
             "is_deepspeed_available",
             "is_torchao_available",

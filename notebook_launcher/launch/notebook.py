@@ -14,7 +14,7 @@ from ..errors import ConfigError
 from . import planning
 from .faults.restarts import RestartingRun, check_restart_on
 from .handle import RunHandle, collect_result
-from .output import CellPrinter
+from .output import CellPrinter, check_prefix_template
 from .planning import LaunchPlan
 from .result import LaunchResult
 from .warm.warmup import warm_up
@@ -88,8 +88,12 @@ def _plan_and_watchers(fn, args, kwargs, options: dict[str, Any], config_overrid
         overrides=overrides,
     )
     observers = list(options["observers"])
-    watchers = observers if options["quiet"] else [CellPrinter(options["show_ranks"]), *observers]
+    watchers = observers if options["quiet"] else [_printer(options), *observers]
     return plan, watchers
+
+
+def _printer(options: dict[str, Any]) -> CellPrinter:
+    return CellPrinter(options["show_ranks"], template=options["log_line_prefix_template"])
 
 
 def _displayed_view(view: Any) -> Any:
@@ -130,6 +134,7 @@ def notebook_launch(
     in_process: bool = False,
     cluster: Any = None,
     restart_on: str = "infrastructure",
+    log_line_prefix_template: str | None = None,
     **config_overrides: Any,
 ) -> LaunchResult:
     """Run `fn(*args, **kwargs)` on `num_processes` worker processes of this machine and return every
@@ -149,7 +154,8 @@ def notebook_launch(
     timeout= stops the run with the same report (docs/hang-report.md).
 
     view=True shows a live RunView (per-rank output, progress, metrics chart, Stop button) instead of
-    printing lines; pass a RunView instance to reuse one. observers are called with every launch
+    printing lines; pass a RunView instance to reuse one. log_line_prefix_template (torchrun's: fields
+    {role_name}, {rank}, {local_rank}) replaces the `[rankN] ` prefix of printed lines. observers are called with every launch
     event; poll_hooks are called while the cell waits (one returning True stops the run).
 
     in_process=True (with num_processes=1) runs fn right here, as rank 0 of a world of one: the
@@ -162,10 +168,12 @@ def notebook_launch(
     max_restarts=N starts the ranks again (fresh rendezvous, accelerator.restart_count = attempt) after
     an infrastructure fault (a rank killed, exited without an exception, lost its peers, timed out in
     a collective) or a preemption, up to N times; restart_on="any" also after a Python exception. The
-    function resumes itself with load_state() (README: Long runs). SIGTERM / SIGUSR1 to the launcher
+    function resumes itself with load_state() (README: Long runs). Accelerate's notebook_launcher()
+    passes restart_on="any" with its max_restarts: torch elastic restarts after any failure. SIGTERM / SIGUSR1 to the launcher
     or a worker stop every rank after the same step (accelerator.preempted): LaunchPreempted.
     """
     check_restart_on(restart_on)
+    check_prefix_template(log_line_prefix_template)
     options = dict(locals())
     __tracebackhide__ = True  # IPython: the launcher's frames say nothing about the user's error
     if in_process and cluster is None:
@@ -200,6 +208,7 @@ _NOT_IN_PROCESS = {
     "observers": (((),), "no launch events are sent"),
     "poll_hooks": (((),), "the cell is busy running the function"),
     "restart_on": (("infrastructure",), "nothing is restarted"),
+    "log_line_prefix_template": ((None,), "output goes straight to the cell"),
 }
 
 
@@ -230,7 +239,7 @@ def _cluster_run(fn, args, kwargs, options: dict[str, Any], config_overrides, po
 
     overrides = dict(mixed_precision=options["mixed_precision"], **config_overrides)
     observers = list(options["observers"])
-    watchers = observers if options["quiet"] else [CellPrinter(options["show_ranks"]), *observers]
+    watchers = observers if options["quiet"] else [_printer(options), *observers]
     return cluster_run(fn, args, kwargs, options, overrides, watchers, poll_hooks)
 
 
@@ -275,6 +284,7 @@ def start_launch(
     poll_hooks: Sequence[Callable[[], Any]] = (),
     cluster: Any = None,
     restart_on: str = "infrastructure",
+    log_line_prefix_template: str | None = None,
     **config_overrides: Any,
 ) -> RunHandle:
     """Like notebook_launch, but returns at once with a RunHandle (wait(), stop(), done, result).
@@ -282,6 +292,7 @@ def start_launch(
     view=True shows a live RunView whose Stop button stops this run; pass a RunView to reuse one.
     """
     check_restart_on(restart_on)
+    check_prefix_template(log_line_prefix_template)
     options = dict(locals())
     shown = _displayed_view(view)
     if shown:

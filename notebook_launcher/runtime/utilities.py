@@ -67,3 +67,22 @@ def is_bf16_available(ignore_tpu: bool = False) -> bool:
     if torch.cuda.is_available():
         return torch.cuda.is_bf16_supported()
     return True
+
+
+def is_bnb_available() -> bool:
+    return _installed("bitsandbytes")
+
+
+def is_xpu_available(check_device: bool = False) -> bool:
+    """Intel XPUs: we run on CUDA and CPU only, so code that branches on this takes the common path."""
+    return False
+
+
+def is_hpu_available(init_hccl: bool = False) -> bool:
+    """Habana HPUs: not supported (see is_xpu_available)."""
+    return False
+
+
+def is_rocm_available() -> bool:
+    """Whether this torch is a ROCm build (its GPUs answer as CUDA)."""
+    return getattr(torch.version, "hip", None) is not None
