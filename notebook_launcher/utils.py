@@ -73,7 +73,9 @@ _LAZY = {
         _UTILITIES,
     ),
     "should_reduce_batch_size": "notebook_launcher.runtime.memory",
+    "write_basic_config": "notebook_launcher.system.basic_config",
     "LoggerType": "notebook_launcher.config.enums",
+    "DDPCommunicationHookType": "notebook_launcher.config.enums",
 }
 
 _BIG_MODEL = (
@@ -85,7 +87,6 @@ _UNSUPPORTED = {
     "TorchContextParallelConfig": "context parallelism is not supported; use FullyShardedDataParallelPlugin",
     "TorchTensorParallelConfig": "tensor parallelism is not supported; use FullyShardedDataParallelPlugin",
     "ParallelismConfig": "ParallelismConfig (TP/CP/PP) is not supported; use FullyShardedDataParallelPlugin",
-    "DDPCommunicationHookType": "DDP communication hooks are not supported; gradients are all-reduced in full precision",
     "AORecipeKwargs": "fp8 runs through torchao with its default recipe (mixed_precision='fp8')",
     "TERecipeKwargs": "Transformer Engine fp8 is not supported; mixed_precision='fp8' uses torchao",
     "BnbQuantizationConfig": "bitsandbytes quantisation is not supported",
@@ -98,7 +99,6 @@ _UNSUPPORTED = {
     "get_max_memory": _BIG_MODEL,
     "offload_state_dict": _BIG_MODEL,
     "merge_fsdp_weights": "save with accelerator.save_model() (gathers the full weights) or fsdp_state_dict_type FULL_STATE_DICT",
-    "write_basic_config": "write a config with `notebook-launcher config` (Accelerate's config files also load as they are)",
     "save": "use accelerator.save(obj, path) (writes on the main process only)",
     "load": "use torch.load",
     "tqdm": "use tqdm(..., disable=not accelerator.is_local_main_process)",
