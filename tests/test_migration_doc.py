@@ -11,13 +11,14 @@ import pytest
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "migrating-from-accelerate.md"
 ROW = re.compile(
-    r"^\| `(accelerate(?:\.utils|\.state|\.tracking)?)\.(\w+)` \| (supported|differs|not supported) \|"
+    r"^\| `(accelerate(?:\.utils|\.state|\.tracking|\.local_sgd)?)\.(\w+)` \| (supported|differs|not supported) \|"
 )
 OURS = {
     "accelerate": "notebook_launcher",
     "accelerate.utils": "notebook_launcher.utils",
     "accelerate.state": "notebook_launcher.state",
     "accelerate.tracking": "notebook_launcher.tracking",
+    "accelerate.local_sgd": "notebook_launcher.local_sgd",
 }
 
 
