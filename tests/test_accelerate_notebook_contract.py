@@ -218,3 +218,18 @@ def test_write_basic_config_writes_this_machines_config_once(tmp_path, monkeypat
     assert read_config_file(str(path))[0].mixed_precision == "bf16"  # what `launch --config_file` reads
     monkeypatch.setenv("NOTEBOOK_LAUNCHER_CONFIG_FILE", str(path))
     assert ConfigPanel().config.mixed_precision == "bf16"  # the panel opens on the default file
+
+
+def _one_rank_skips_the_group():
+    if os.environ["RANK"] == "1":
+        return "skipped"
+    from notebook_launcher import PartialState
+
+    return str(PartialState())
+
+
+def test_a_rank_left_in_the_rendezvous_by_a_returned_peer_fails_instead_of_hanging():
+    from notebook_launcher import WorkerError, notebook_launch
+
+    with pytest.raises(WorkerError, match="rank 1 had already returned without joining it"):
+        notebook_launch(_one_rank_skips_the_group, num_processes=2, quiet=True, timeout=60)

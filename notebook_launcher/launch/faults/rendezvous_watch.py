@@ -58,6 +58,7 @@ class RendezvousWatch:
     def __init__(self, all_ranks_local: bool) -> None:
         self.seconds = stall_seconds() if all_ranks_local else None
         self._next_check = 0.0
+        self._next_orphan_check = 0.0  # its own clock: stalled() is asked first in the same loop
 
     def stalled(self, read: Callable[[], Mapping[int, Activity | None]]) -> bool:
         """`read()` gives each rank's activity (HangWatch.activities)."""
@@ -73,9 +74,9 @@ class RendezvousWatch:
         """The failure of a rank waiting in the rendezvous that a rank which already returned never
         joins (workers: the supervisor's, with .rank, .exited, .reported); None when there is none."""
         returned = [w.rank for w in workers if w.exited and w.reported]
-        if self.seconds is None or not returned or time.monotonic() < self._next_check:
+        if self.seconds is None or not returned or time.monotonic() < self._next_orphan_check:
             return None
-        self._next_check = time.monotonic() + CHECK_EVERY
+        self._next_orphan_check = time.monotonic() + CHECK_EVERY
         running = {w.rank for w in workers if not w.exited}
         for rank, activity in read().items():
             if rank in running and activity is not None and activity.in_rendezvous:
