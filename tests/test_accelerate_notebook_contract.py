@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_cli_helpers import cli_env, explain
+from test_cli_helpers import cli_env, explain, finish
 
 from notebook_launcher.errors import AcceleratorError, ConfigError
 
@@ -20,21 +20,35 @@ RUNNER = str(Path(__file__).resolve().parent / "run_accelerate_script.py")
 
 
 def _run_script(tmp_path: Path, *args: str, timeout: float, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    """The runner in its own session: on a timeout its whole group is killed and its output shown."""
+    proc = subprocess.Popen(
         [sys.executable, RUNNER, *args],
         cwd=tmp_path,
         env=cli_env(tmp_path, OMP_NUM_THREADS="1", **env),
-        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
+        start_new_session=True,
     )
+    return finish(proc, timeout=timeout)
 
 
-# ----------------------------------------------------------------------------- Accelerate's scripts
+# Its test_fault_tolerant races by design: ranks test queue.empty() and then get() from a shared queue
+# and only the rank that takes the last 0 calls PartialState(); when one attempt lets a single rank
+# consume, the fourth attempt starts on [0] and that rank waits in the rendezvous for a peer that
+# already returned (torch elastic then hangs; we fail it at once, rendezvous_watch.py). That ending,
+# and only that one, is run again, at most twice.
+RACE = "had already returned without joining it"
+
+
 @pytest.mark.slow
 def test_accelerates_test_notebook_passes(tmp_path):
     """All 7 of its tests with 2 processes: c10d, max_restarts after RuntimeErrors, ChildFailedError."""
-    result = _run_script(tmp_path, "test_notebook.py", timeout=150, ACCELERATE_NUM_PROCESSES="2")
+    for _ in range(3):
+        result = _run_script(tmp_path, "test_notebook.py", timeout=150, ACCELERATE_NUM_PROCESSES="2")
+        if result.returncode == 0 or RACE not in result.stderr + result.stdout:
+            break
     assert result.returncode == 0, explain(result)
     for step in ("c10d rendezvous backend", "fault tolerant", "monitoring"):
         assert f"Test {step}" in result.stdout, explain(result)
