@@ -21,15 +21,10 @@ RUNNER = str(Path(__file__).resolve().parent / "run_accelerate_script.py")
 
 def _run_script(tmp_path: Path, *args: str, timeout: float, **env: str) -> subprocess.CompletedProcess:
     """The runner in its own session: on a timeout its whole group is killed and its output shown."""
+    pipes = dict(stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = cli_env(tmp_path, OMP_NUM_THREADS="1", **env)
     proc = subprocess.Popen(
-        [sys.executable, RUNNER, *args],
-        cwd=tmp_path,
-        env=cli_env(tmp_path, OMP_NUM_THREADS="1", **env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+        [sys.executable, RUNNER, *args], cwd=tmp_path, env=env, start_new_session=True, **pipes
     )
     return finish(proc, timeout=timeout)
 
