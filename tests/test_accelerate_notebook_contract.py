@@ -30,20 +30,33 @@ def _run_script(tmp_path: Path, *args: str, timeout: float, **env: str) -> subpr
 
 
 # Its test_fault_tolerant races by design: ranks test queue.empty() and then get() from a shared queue
-# and only the rank that takes the last 0 calls PartialState(); when one attempt lets a single rank
-# consume, the fourth attempt starts on [0] and that rank waits in the rendezvous for a peer that
-# already returned (torch elastic then hangs; we fail it at once, rendezvous_watch.py). That ending,
-# and only that one, is run again, at most twice.
+# and only the rank that takes the last 0 calls PartialState(). When an attempt lets a single rank
+# consume, a later attempt starts on [0]: that rank waits in the rendezvous for a peer that already
+# returned (we fail it at once, rendezvous_watch.py; torch elastic hangs) or that is blocked in get()
+# (a hang: seen in about 1 of 5 runs here, torch elastic's 0.1 s monitor delay before it stops the
+# peers makes this rarer there). Those endings, and only those, are run again, at most twice.
 RACE = "had already returned without joining it"
+
+
+def _raced(run) -> bool:
+    text = run if isinstance(run, str) else run.stdout + run.stderr
+    return "Test fault tolerant" in text and "Test monitoring" not in text
 
 
 @pytest.mark.slow
 def test_accelerates_test_notebook_passes(tmp_path):
     """All 7 of its tests with 2 processes: c10d, max_restarts after RuntimeErrors, ChildFailedError."""
+    result = None
     for _ in range(3):
-        result = _run_script(tmp_path, "test_notebook.py", timeout=150, ACCELERATE_NUM_PROCESSES="2")
-        if result.returncode == 0 or RACE not in result.stderr + result.stdout:
+        try:
+            result = _run_script(tmp_path, "test_notebook.py", timeout=60, ACCELERATE_NUM_PROCESSES="2")
+        except AssertionError as hung:  # finish(): the run timed out, its output in the message
+            if not _raced(str(hung)):
+                raise
+            continue
+        if result.returncode == 0 or not (_raced(result) and RACE in result.stderr + result.stdout):
             break
+    assert result is not None, "test_fault_tolerant hung in 3 runs (its queue race, see above)"
     assert result.returncode == 0, explain(result)
     for step in ("c10d rendezvous backend", "fault tolerant", "monitoring"):
         assert f"Test {step}" in result.stdout, explain(result)
