@@ -49,6 +49,7 @@ _LAZY = {
     "DistributedType": "notebook_launcher.config.enums",
     "PrecisionType": "notebook_launcher.config.enums",
     "LoggerType": "notebook_launcher.config.enums",
+    "DDPCommunicationHookType": "notebook_launcher.config.enums",
     "GeneralTracker": "notebook_launcher.runtime.trackers",
     "DistributedDataParallelKwargs": "notebook_launcher.runtime",
     "GradScalerKwargs": "notebook_launcher.runtime",
@@ -113,7 +114,6 @@ _UNSUPPORTED = {
         ),
         _BIG_MODEL,
     ),
-    "DDPCommunicationHookType": "DDP communication hooks are not supported; gradients are all-reduced in full precision",
     "is_rich_available": "rich tracebacks are not used; worker tracebacks come back to the notebook as they are",
     "rich": "rich tracebacks are not used; worker tracebacks come back to the notebook as they are",
 }

@@ -83,6 +83,8 @@ _LAZY = {
         ("ParallelismConfig", "TorchTensorParallelConfig", "TorchContextParallelConfig"),
         "notebook_launcher.config.parallelism",
     ),
+    "write_basic_config": "notebook_launcher.system.basic_config",
+    "DDPCommunicationHookType": "notebook_launcher.config.enums",
 }
 
 _BIG_MODEL = (
@@ -91,7 +93,6 @@ _BIG_MODEL = (
 _UNSUPPORTED = {
     "MegatronLMPlugin": "Megatron-LM is not supported; use FullyShardedDataParallelPlugin or DeepSpeedPlugin",
     "TorchTensorParallelPlugin": "tensor parallelism is not supported; use FullyShardedDataParallelPlugin",
-    "DDPCommunicationHookType": "DDP communication hooks are not supported; gradients are all-reduced in full precision",
     "AORecipeKwargs": "fp8 runs through torchao with its default recipe (mixed_precision='fp8')",
     "TERecipeKwargs": "Transformer Engine fp8 is not supported; mixed_precision='fp8' uses torchao",
     "BnbQuantizationConfig": "bitsandbytes quantisation is not supported",
@@ -104,7 +105,6 @@ _UNSUPPORTED = {
     "get_max_memory": _BIG_MODEL,
     "offload_state_dict": _BIG_MODEL,
     "merge_fsdp_weights": "save with accelerator.save_model() (gathers the full weights) or fsdp_state_dict_type FULL_STATE_DICT",
-    "write_basic_config": "write a config with `notebook-launcher config` (Accelerate's config files also load as they are)",
     "save": "use accelerator.save(obj, path) (writes on the main process only)",
     "load": "use torch.load",
     "tqdm": "use tqdm(..., disable=not accelerator.is_local_main_process)",

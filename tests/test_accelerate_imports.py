@@ -79,7 +79,7 @@ def test_the_names_accelerate_users_import(module):
             "from notebook_launcher.utils import MegatronLMPlugin",
             "use FullyShardedDataParallelPlugin or DeepSpeedPlugin",
         ),
-        ("from notebook_launcher.utils import write_basic_config", "notebook-launcher config"),
+        ("from notebook_launcher.utils import merge_fsdp_weights", "accelerator.save_model()"),
         ("import notebook_launcher.utils as u; u.DummyOptim", "define the optimizer in Python"),
     ],
 )

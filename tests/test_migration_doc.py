@@ -12,7 +12,7 @@ import pytest
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "migrating-from-accelerate.md"
 ROW = re.compile(
-    r"^\| `(accelerate(?:\.utils|\.state|\.tracking|\.data_loader)?)\.(\w+)` \| (supported|differs|not supported) \|"
+    r"^\| `(accelerate(?:\.utils|\.state|\.tracking|\.data_loader|\.local_sgd)?)\.(\w+)` \| (supported|differs|not supported) \|"
 )
 OURS = {
     "accelerate": "notebook_launcher",
@@ -20,6 +20,7 @@ OURS = {
     "accelerate.state": "notebook_launcher.state",
     "accelerate.tracking": "notebook_launcher.tracking",
     "accelerate.data_loader": "notebook_launcher.data_loader",
+    "accelerate.local_sgd": "notebook_launcher.local_sgd",
 }
 
 

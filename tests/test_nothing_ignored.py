@@ -24,26 +24,16 @@ def rank():
 
 
 # ---------------------------------------------------- settings only torchrun's agent can apply
-@pytest.mark.parametrize(
-    "setting, words",
-    [
-        (
-            {"max_restarts": 2, "num_nodes": 2, "master_addr": "127.0.0.1"},
-            "restarts the workers of one machine only",
-        ),
-        ({"monitor_interval": 1.0}, "no polling interval"),
-        ({"rdzv_backend": "c10d"}, "TCPStore hosted by machine 0's launcher"),
-    ],
-)
-def test_agent_only_settings_are_refused_by_notebook_launch(setting, words):
-    with pytest.raises(ConfigError, match=words) as error:
-        notebook_launch(rank, num_processes=1, **setting)
+def test_restarts_over_several_machines_are_refused_by_notebook_launch():
+    with pytest.raises(ConfigError, match="restarts the workers of one machine only") as error:
+        notebook_launch(rank, num_processes=1, max_restarts=2, num_nodes=2, master_addr="127.0.0.1")
     assert "notebook-launcher launch" in str(error.value)
 
 
-def test_their_defaults_are_accepted():
+def test_agent_settings_are_honoured():
+    """rdzv_backend c10d (our store serves on one machine) and any monitor_interval are met as they are."""
     result = notebook_launch(
-        rank, num_processes=1, max_restarts=0, monitor_interval=0.1, rdzv_backend="static", quiet=True
+        rank, num_processes=1, max_restarts=0, monitor_interval=0.01, rdzv_backend="c10d", quiet=True
     )
     assert list(result) == [0]
 

@@ -223,21 +223,19 @@ def config_command(argv: list[str]) -> int:
 
 
 def _write_default(config_file: str | None, force: bool) -> int:
-    from ..config import LaunchConfig, default_config_path, save_config
-    from ..system.hardware import detect
+    from ..config import default_config_path, save_config
+    from ..system.basic_config import basic_config
 
     path = Path(config_file).expanduser() if config_file else default_config_path()
     if path.exists() and not force:
         raise UsageError(
             f"{str(path)!r} already exists; pass --force to overwrite it, or see it with `config show`."
         )
-    hardware = detect()
-    gpus = hardware.cuda_device_count
-    processes = gpus or 1
-    distributed_type = "NO" if processes == 1 else "MULTI_GPU"
-    config = LaunchConfig(num_processes=processes, distributed_type=distributed_type, use_cpu=gpus == 0)
+    config = basic_config()
     save_config(config, path)
-    print(f"Config for this machine ({processes} process(es), {distributed_type}) written to {path}.")
+    print(
+        f"Config for this machine ({config.num_processes} process(es), {config.distributed_type}) written to {path}."
+    )
     return 0
 
 

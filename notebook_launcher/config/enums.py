@@ -57,6 +57,16 @@ class PrecisionType(_StrEnum):
     FP8 = "fp8"
 
 
+class DDPCommunicationHookType(_StrEnum):
+    """A DDP communication hook (DistributedDataParallelKwargs comm_hook / comm_wrapper)."""
+
+    NO = "no"
+    FP16 = "fp16"
+    BF16 = "bf16"
+    POWER_SGD = "power_sgd"
+    BATCHED_POWER_SGD = "batched_power_sgd"
+
+
 class _ContainsByValue(EnumMeta):
     """`"wandb" in LoggerType` is True, as with Accelerate's enums (plain Enum would raise TypeError)."""
 

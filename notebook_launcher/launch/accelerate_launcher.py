@@ -2,13 +2,20 @@
 
 A notebook written for Accelerate works with `from notebook_launcher import notebook_launcher`. It
 returns our LaunchResult (rank 0's value is `result[0]`) and gets our launcher's behaviour: output
-streamed per rank, failures with the remote traceback, nothing left behind.
+streamed per rank, failures with the remote traceback, nothing left behind. A failure raises a
+WorkerError that `except ChildFailedError` (torch elastic's) also catches.
+
+Every argument of Accelerate 1.x's keeps its meaning: rdzv_backend "static" or "c10d" (on one machine
+the launcher's own store serves; across machines machine 0's launcher hosts it and the others wait
+for it, so machines start in any order), monitor_interval (our launcher reacts to a worker at once,
+so any positive interval is met), max_restarts=N (the whole group restarts after ANY failure, as torch
+elastic does: restart_on="any"; result.restarts counts them), log_line_prefix_template (torchrun's
+fields {role_name}, {rank}, {local_rank}).
 
 Where the two differ: num_processes=None uses every GPU (or 2 CPU processes) instead of raising;
 the default use_port="29500" on one machine means "any free port" (two launches in a row never
-collide); rdzv_conf and rdzv_id are not needed (the launcher hosts the rendezvous store). Settings
-only torchrun's agent can apply (rdzv_backend="c10d", max_restarts > 0, another monitor_interval)
-and log_line_prefix_template are refused with the fix, as notebook_launch refuses them.
+collide); rdzv_conf and rdzv_id are not needed (the launcher hosts the rendezvous store); node_rank
+is kept under c10d (torch's c10d hands node ranks out by arrival).
 """
 
 from __future__ import annotations
@@ -62,16 +69,15 @@ def notebook_launcher(
     monitor_interval: float = 0.1,
     log_line_prefix_template: str | None = None,
 ) -> LaunchResult:
-    """Run `function(*args)` on num_processes processes (per node), as Accelerate's notebook_launcher."""
+    """Run `function(*args)` on num_processes processes (per node), as Accelerate's notebook_launcher.
+
+    max_restarts=N restarts the group after any failure (notebook_launch's own default restarts only
+    after an infrastructure fault: restart_on="infrastructure").
+    """
     if rdzv_backend not in ("static", "c10d"):
         raise ConfigError(f"rdzv_backend={rdzv_backend!r} is not valid; use 'static' or 'c10d'.")
     if node_rank >= num_nodes:
         raise ConfigError(f"node_rank={node_rank} must be less than num_nodes={num_nodes}.")
-    if log_line_prefix_template is not None:
-        raise ConfigError(
-            f"log_line_prefix_template={log_line_prefix_template!r} cannot be applied: each line of a rank's "
-            "output is prefixed [rankN] (and kept apart in result.logs). Leave it unset."
-        )
     address, port = _endpoint(rdzv_endpoint, master_addr, _port(use_port, num_nodes))
     return notebook_launch(
         function,
@@ -85,6 +91,8 @@ def notebook_launcher(
         rdzv_backend=rdzv_backend,
         max_restarts=max_restarts,
         monitor_interval=monitor_interval,
+        restart_on="any",
+        log_line_prefix_template=log_line_prefix_template,
     )
 
 

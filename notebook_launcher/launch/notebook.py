@@ -14,7 +14,7 @@ from typing import Any, cast
 from ..errors import ConfigError
 from ..view_factory import displayed_view
 from . import planning
-from .cell.output import CellPrinter
+from .cell.output import CellPrinter, check_prefix_template
 from .faults.restarts import RestartingRun, check_restart_on
 from .handle import RunHandle, collect_result
 from .planning import LaunchPlan
@@ -101,7 +101,7 @@ def _watchers(options: dict[str, Any]) -> list[Any]:
     of the lines, the ranks' display() outputs still go to the cell (the view has no place for them)."""
     observers = list(options["observers"])
     if not options["quiet"]:
-        return [CellPrinter(options["show_ranks"]), *observers]
+        return [CellPrinter(options["show_ranks"], template=options["log_line_prefix_template"]), *observers]
     if options.get("view"):
         return [CellPrinter(options["show_ranks"], only_displays=True), *observers]
     return observers
@@ -129,6 +129,7 @@ def notebook_launch(
     in_process: bool = False,
     cluster: Any = None,
     restart_on: str = "infrastructure",
+    log_line_prefix_template: str | None = None,
     **config_overrides: Any,
 ) -> LaunchResult:
     """Run `fn(*args, **kwargs)` on `num_processes` worker processes of this machine and return every
@@ -148,7 +149,8 @@ def notebook_launch(
     timeout= stops the run with the same report (docs/hang-report.md).
 
     view=True shows a live RunView (per-rank output, progress, metrics chart, Stop button) instead of
-    printing lines; pass a RunView instance to reuse one. observers are called with every launch
+    printing lines; pass a RunView instance to reuse one. log_line_prefix_template (torchrun's: fields
+    {role_name}, {rank}, {local_rank}) replaces the `[rankN] ` prefix of printed lines. observers are called with every launch
     event; poll_hooks are called while the cell waits (one returning True stops the run).
 
     in_process=True (with num_processes=1) runs fn right here, as rank 0 of a world of one: the
@@ -161,10 +163,12 @@ def notebook_launch(
     max_restarts=N starts the ranks again (fresh rendezvous, accelerator.restart_count = attempt) after
     an infrastructure fault (a rank killed, exited without an exception, lost its peers, timed out in
     a collective) or a preemption, up to N times; restart_on="any" also after a Python exception. The
-    function resumes itself with load_state() (README: Long runs). SIGTERM / SIGUSR1 to the launcher
+    function resumes itself with load_state() (README: Long runs). Accelerate's notebook_launcher()
+    passes restart_on="any" with its max_restarts: torch elastic restarts after any failure. SIGTERM / SIGUSR1 to the launcher
     or a worker stop every rank after the same step (accelerator.preempted): LaunchPreempted.
     """
     check_restart_on(restart_on)
+    check_prefix_template(log_line_prefix_template)
     options = dict(locals())
     __tracebackhide__ = True  # IPython: the launcher's frames say nothing about the user's error
     if in_process and cluster is None:
@@ -202,6 +206,7 @@ _NOT_IN_PROCESS = {
     "observers": (((),), "no launch events are sent"),
     "poll_hooks": (((),), "the cell is busy running the function"),
     "restart_on": (("infrastructure",), "nothing is restarted"),
+    "log_line_prefix_template": ((None,), "output goes straight to the cell"),
 }
 
 
@@ -284,6 +289,7 @@ def start_launch(
     observers, poll_hooks, restart_on = options["observers"], options["poll_hooks"], options["restart_on"]
     config_overrides = options["config_overrides"]
     check_restart_on(restart_on)
+    check_prefix_template(options["log_line_prefix_template"])
     shown = displayed_view(options["view"])
     if shown:
         options["observers"] = [*observers, shown]

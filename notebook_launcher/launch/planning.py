@@ -165,38 +165,26 @@ def respect_single_process(
     return LaunchConfig.from_dict(data, source="arguments")
 
 
-# LaunchConfig fields that only torchrun's elastic agent uses: notebook_launch starts and watches its
-# workers itself, so a non-default value would be silently ignored.
-_AGENT_ONLY_FIELDS = {
-    "max_restarts": (0, "this kind of launch does not restart failed workers"),
-    "monitor_interval": (
-        0.1,
-        "notebook_launch watches its workers' pipes continuously, with no polling interval",
-    ),
-    "rdzv_backend": (
-        "static",
-        "its rendezvous is a TCPStore hosted by machine 0's launcher, with a fixed membership like 'static'",
-    ),
-}
-
-
 def reject_agent_only_settings(config: LaunchConfig, restarts: bool = False) -> None:
     """Settings notebook_launch cannot apply are an error naming the alternative, never ignored.
 
-    restarts=True: this launch restarts failed workers itself (launch/faults/restarts.py), on one machine.
+    rdzv_backend (static or c10d) and monitor_interval are honoured as they are: machine 0's launcher
+    hosts the store and the other machines wait for it (any start order), and the supervisor reacts to
+    a worker's pipe at once, so any polling interval is met. max_restarts is applied by this launch
+    itself (launch/faults/restarts.py, restarts=True), on one machine.
     """
-    for name, (default, why) in _AGENT_ONLY_FIELDS.items():
-        value = getattr(config, name)
-        if name == "max_restarts" and restarts:
-            if value and config.num_machines > 1:
-                why = "notebook_launch restarts the workers of one machine only (a restart needs a new rendezvous)"
-            else:
-                continue
-        if value != default:
-            raise ConfigError(
-                f"{name}={value!r} cannot be applied by notebook_launch: {why}. Set {name}={default!r} (the "
-                "default) here, or run the script with `notebook-launcher launch`, whose torchrun agent applies it."
-            )
+    if not config.max_restarts:
+        return
+    if not restarts:
+        why = "this kind of launch does not restart failed workers"
+    elif config.num_machines > 1:
+        why = "notebook_launch restarts the workers of one machine only (a restart needs a new rendezvous)"
+    else:
+        return
+    raise ConfigError(
+        f"max_restarts={config.max_restarts!r} cannot be applied by notebook_launch: {why}. Set max_restarts=0 "
+        "(the default) here, or run the script with `notebook-launcher launch`, whose torchrun agent applies it."
+    )
 
 
 def choose_start_method(requested: str) -> tuple[str, str | None]:

@@ -146,7 +146,18 @@ class WorkerError(NotebookLauncherError, RuntimeError):
     `.exception` (also `__cause__`) is the worker's exception rebuilt here when it could be unpickled,
     so `except` on it works; `.values` holds the return values of the ranks that did finish. The cell
     folds library frames; `.full_traceback` (= `.traceback`, also in str()) has every frame.
+
+    Made as child_failed.WorkerError, a subclass that is also torch elastic's ChildFailedError (what
+    Accelerate's notebook_launcher raises), whenever torch is there to provide that class.
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> WorkerError:
+        if cls is WorkerError:
+            try:
+                from .child_failed import WorkerError as cls  # noqa: N813 (torch's class, imported lazily)
+            except ImportError:  # no torch.distributed here: a plain WorkerError still says everything
+                pass
+        return super().__new__(cls, *args)
 
     def __init__(
         self,
@@ -170,6 +181,15 @@ class WorkerError(NotebookLauncherError, RuntimeError):
         super().__init__(self._message())
         if failure.exception is not None:
             self.__cause__ = failure.exception  # also sets __suppress_context__
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled with its constructor's arguments (a cluster node sends it; args is only the text)."""
+        state = {k: v for k, v in self.__dict__.items() if k != "failures"}
+        return (type(self), (self.failure, self.others, self.logs, self.values), state)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.args = (self._message(),)  # with the restart note the sender had added
 
     def _message(self) -> str:
         parts = [f"{self.failure.summary()}."]

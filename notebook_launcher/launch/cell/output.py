@@ -18,6 +18,7 @@ from collections import Counter, deque
 from collections.abc import Iterable
 from typing import Any
 
+from ...errors import ConfigError
 from ..events import (
     BarUpdate,
     HangReported,
@@ -25,6 +26,7 @@ from ..events import (
     OutputLine,
     RunFinished,
     RunRestarting,
+    RunStarted,
     WorkerDisplay,
 )
 from .progress_view import bars_bundle, prune
@@ -35,6 +37,22 @@ LINES_SHOWN = 200  # a rank's first lines, streamed into the cell as they come
 TAIL_LINES = 20  # after that: its last lines, in one output updated in place
 FLUSH_SECONDS = 0.1
 REDRAW_SECONDS = 0.25
+ROLE_NAME = "default"  # torchrun's role for its workers, the value of {role_name}
+
+
+def check_prefix_template(template: str | None) -> str | None:
+    """torchrun's log_line_prefix_template, once it fills with torchrun's fields ({role_name},
+    {rank}, {local_rank}); an error naming the bad field."""
+    if template is None:
+        return None
+    try:
+        str(template).format(role_name=ROLE_NAME, rank=0, local_rank=0)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ConfigError(
+            f"log_line_prefix_template={template!r} cannot be filled ({type(exc).__name__}: {exc}); use torchrun's "
+            "fields only, e.g. '[{role_name}{rank}|{local_rank}]: '."
+        ) from None
+    return str(template)
 
 
 class CellPrinter:
@@ -47,6 +65,7 @@ class CellPrinter:
         lines_shown: int = LINES_SHOWN,
         logs_name: str | None = "result.logs",
         only_displays: bool = False,
+        template: str | None = None,
     ) -> None:
         if isinstance(show_ranks, int):
             show_ranks = [show_ranks]
@@ -55,6 +74,8 @@ class CellPrinter:
         self.lines_shown = lines_shown
         self.logs_name = logs_name  # how the caller reaches every line (None: only the files)
         self.only_displays = only_displays  # a RunView shows the rest (lines, bars)
+        self.template = check_prefix_template(template)  # torchrun's log_line_prefix_template
+        self.local_ranks: tuple[int, ...] = ()
         self.surface = cell_surface()
         self.logs = RankLogs()
         self._begin()
@@ -76,7 +97,9 @@ class CellPrinter:
     def __call__(self, event: object) -> None:
         if self.only_displays and not isinstance(event, (WorkerDisplay, RunFinished)):
             return
-        if isinstance(event, OutputLine):
+        if isinstance(event, RunStarted):
+            self.local_ranks = tuple(event.local_ranks)
+        elif isinstance(event, OutputLine):
             self._line(event)
         elif isinstance(event, BarUpdate):
             self._bar(event)
@@ -97,7 +120,12 @@ class CellPrinter:
         return self.show_ranks is None or rank in self.show_ranks
 
     def _label(self, rank: int) -> str:
-        return f"[rank{rank}] " if self.prefix else ""
+        if not self.prefix:
+            return ""
+        if self.template is None:
+            return f"[rank{rank}] "
+        local = self.local_ranks.index(rank) if rank in self.local_ranks else rank
+        return self.template.format(role_name=ROLE_NAME, rank=rank, local_rank=local)
 
     def _line(self, event: OutputLine) -> None:
         rank = event.rank

@@ -41,6 +41,8 @@ def infrastructure_fault(failure: RankFailure) -> str | None:
     """What happened to the rank, when it is the machine's doing rather than the code's; None for a
     Python exception raised by the user's code."""
     if failure.exc_type is None:
+        if failure.description:  # the launcher's own finding (rendezvous_watch.py)
+            return "could not join the process group (a peer had already returned)"
         if failure.signal_name:
             return f"was killed ({failure.signal_name})"
         return f"exited with code {failure.exitcode} without a Python exception"

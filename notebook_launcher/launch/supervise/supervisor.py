@@ -184,6 +184,10 @@ class Supervisor:
                     return self._stop_with_stacks("stopped")
                 if self.rendezvous.stalled(lambda: self.hangs.activities(self.workers)):
                     return self._stop_with_stacks("rendezvous")
+                orphan = self.rendezvous.orphaned(lambda: self.hangs.activities(self.workers), self.workers)
+                if orphan is not None:
+                    self.record.failures.append(orphan)
+                    self._begin_stop()
                 self._report_hang_when_due()
             elif time.monotonic() - self.stopping_since > GRACE_SECONDS:
                 self._kill_remaining()

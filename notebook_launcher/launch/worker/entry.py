@@ -159,6 +159,7 @@ def run_prepared(spec: WorkerSpec, target: Any, msg_conn: Connection) -> None:
         telemetry.set_sink(channel.telemetry_sink)
         fn, args, kwargs = target if spec.payload is None else _load_payload(spec.payload)
         _count_collectives()
+        _start_together()
         value = fn(*args, **kwargs)
         sampler.stop()
         _send_step_figures()
@@ -172,6 +173,7 @@ def run_prepared(spec: WorkerSpec, target: Any, msg_conn: Connection) -> None:
         msg_conn.close()
     # Exit without running destructors: tearing down a gloo group whose peers have already left can
     # hang in ~ProcessGroupGloo, and everything the parent needs has been sent.
+    _flush_queues()
     os._exit(exit_code)
 
 
@@ -187,6 +189,38 @@ def _send_step_figures() -> None:
     clock_module = sys.modules.get("notebook_launcher.runtime.world.step_clock")
     if clock_module is not None:
         clock_module.CLOCK.flush()
+
+
+def _start_together() -> None:
+    """Wait until every rank of this machine is here, then run the function on all at once (a
+    counter in the launch's rendezvous store): no rank's failure stops a peer that has not started
+    yet, so each attempt of a restarted run runs every rank (Accelerate's test_fault_tolerant)."""
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if local_world < 2:
+        return
+    import datetime
+
+    from torch.distributed import TCPStore
+
+    store = TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+        timeout=datetime.timedelta(minutes=30),
+    )  # fmt: skip
+    key = f"notebook_launcher/start/{os.environ.get('GROUP_RANK', '0')}"
+    if store.add(key, 1) == local_world:
+        store.set(f"{key}/go", "1")
+    store.wait([f"{key}/go"])
+
+
+def _flush_queues() -> None:
+    """What a multiprocessing child does at exit and os._exit skips: flush the user's
+    multiprocessing.Queue puts (their feeder threads). Bounded: a queue nobody reads would block."""
+    import threading
+    from multiprocessing import util
+
+    flushing = threading.Thread(target=util._run_finalizers, daemon=True)
+    flushing.start()
+    flushing.join(2.0)
 
 
 def _load_payload(payload: bytes) -> Any:

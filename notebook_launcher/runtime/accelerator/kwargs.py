@@ -4,8 +4,10 @@ profiler."""
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from ...config.enums import DDPCommunicationHookType
 
 
 class KwargsHandler:
@@ -29,6 +31,10 @@ class DistributedDataParallelKwargs(KwargsHandler):
     check_reduction: bool = False
     gradient_as_bucket_view: bool = False
     static_graph: bool = False
+    # registered on the DDP model by prepare() (runtime/strategies/comm_hooks.py), not DDP arguments
+    comm_hook: DDPCommunicationHookType = DDPCommunicationHookType.NO
+    comm_wrapper: DDPCommunicationHookType = DDPCommunicationHookType.NO
+    comm_state_option: dict = field(default_factory=dict)
 
 
 @dataclass

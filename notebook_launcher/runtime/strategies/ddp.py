@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from torch import nn
 
 from .base import Strategy
+from .comm_hooks import HOOK_FIELDS, register_comm_hook
 
 
 class DDPStrategy(Strategy):
@@ -18,11 +19,13 @@ class DDPStrategy(Strategy):
         if not any(p.requires_grad for p in model.parameters()):
             return model  # a frozen module (e.g. a loss with buffers) needs no gradient sync
         device = self.state.device
-        kwargs = dict(self.ddp_kwargs)
+        kwargs = {k: v for k, v in self.ddp_kwargs.items() if k not in HOOK_FIELDS}
         if device.type == "cuda":
             kwargs.setdefault("device_ids", [device.index])
             kwargs.setdefault("output_device", device.index)
-        return nn.parallel.DistributedDataParallel(model, **kwargs)
+        wrapped = nn.parallel.DistributedDataParallel(model, **kwargs)
+        register_comm_hook(wrapped, self.ddp_kwargs, device)
+        return wrapped
 
     @contextlib.contextmanager
     def no_sync(self, model: nn.Module) -> Iterator[None]:
