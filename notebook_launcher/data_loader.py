@@ -39,9 +39,5 @@ _UNSUPPORTED = {
     "MpDeviceLoaderWrapper": "TPUs are not supported",
 }
 
-__getattr__ = face("notebook_launcher.data_loader", globals(), _LAZY, _UNSUPPORTED)
 __all__ = sorted(_LAZY)
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = face(__name__, globals(), _LAZY, _UNSUPPORTED)

@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ._lazy import face
 
 _LAZY = {"LocalSGD": "notebook_launcher.runtime.local_sgd"}
-__getattr__: Any = face("notebook_launcher.local_sgd", globals(), _LAZY, {})
 __all__ = sorted(_LAZY)
+__getattr__, __dir__ = face(__name__, globals(), _LAZY, {})

@@ -123,8 +123,7 @@ def test_the_public_face_stays_torch_free():
 
 
 def test_log_line_prefix_template_fills_torchruns_fields(capsys):
-    from notebook_launcher.launch.output import CellPrinter
-
+    from notebook_launcher.launch.cell.output import CellPrinter
     from notebook_launcher.launch.events import OutputLine, RunStarted
 
     printer = CellPrinter(template="[{role_name}{rank}|{local_rank}]: ")
