@@ -83,7 +83,7 @@ _LAZY = {
         ("ParallelismConfig", "TorchTensorParallelConfig", "TorchContextParallelConfig"),
         "notebook_launcher.config.parallelism",
     ),
-    "write_basic_config": "notebook_launcher.system.basic_config",
+    "write_basic_config": "notebook_launcher.config.basic_config",
     "DDPCommunicationHookType": "notebook_launcher.config.enums",
 }
 

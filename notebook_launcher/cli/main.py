@@ -224,7 +224,7 @@ def config_command(argv: list[str]) -> int:
 
 def _write_default(config_file: str | None, force: bool) -> int:
     from ..config import default_config_path, save_config
-    from ..system.basic_config import basic_config
+    from ..config.basic_config import basic_config
 
     path = Path(config_file).expanduser() if config_file else default_config_path()
     if path.exists() and not force:

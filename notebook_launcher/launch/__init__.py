@@ -24,6 +24,11 @@ from .result import (
 )
 from .warm.pool import release_warm_pool
 
+try:  # WorkerError as torch elastic's ChildFailedError too (child_failed.py registers it)
+    from . import child_failed  # noqa: F401
+except ImportError:  # no torch.distributed: a plain WorkerError still says everything
+    pass
+
 __all__ = [
     "LaunchPreempted",
     "LaunchResult",

@@ -1,8 +1,9 @@
 """WorkerError as torch elastic's ChildFailedError too, so code written for Accelerate's
 notebook_launcher (`except ChildFailedError`) catches our failures.
 
-Imported only when a WorkerError is made (result.WorkerError.__new__): torch's class lives in a torch
-module, and `import notebook_launcher` must not import torch.
+Imported by the launch package (launch/__init__.py), which already needs torch; it registers its
+class as result.WorkerError.flavour, which every `WorkerError(...)` then makes. The public face
+stays torch-free: `import notebook_launcher` loads no launch module.
 """
 
 from __future__ import annotations
@@ -33,3 +34,6 @@ def _process_failure(failure: result.RankFailure) -> ProcessFailure:
         "extraInfo": {"py_callstack": failure.traceback or failure.summary(), "timestamp": record.timestamp},
     }
     return record
+
+
+result.WorkerError.flavour = WorkerError

@@ -151,12 +151,13 @@ class WorkerError(NotebookLauncherError, RuntimeError):
     Accelerate's notebook_launcher raises), whenever torch is there to provide that class.
     """
 
+    # child_failed.py registers its subclass here when the launch package loads (it needs torch's
+    # class, which this module must not import); without torch.distributed it stays None
+    flavour: type[WorkerError] | None = None
+
     def __new__(cls, *args: Any, **kwargs: Any) -> WorkerError:
-        if cls is WorkerError:
-            try:
-                from .child_failed import WorkerError as cls  # noqa: N813 (torch's class, imported lazily)
-            except ImportError:  # no torch.distributed here: a plain WorkerError still says everything
-                pass
+        if cls is WorkerError and WorkerError.flavour is not None:
+            cls = WorkerError.flavour
         return super().__new__(cls, *args)
 
     def __init__(

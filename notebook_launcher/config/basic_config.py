@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..config import LaunchConfig, default_config_path, save_config
-from .hardware import detect
+from ..system.hardware import detect
+from .files import default_config_path, save_config
+from .launch_config import LaunchConfig
 
 
 def basic_config(mixed_precision: str = "no") -> LaunchConfig:
