@@ -79,15 +79,20 @@ def raw_worker(rank: int, world: int, port: int, name: str, steps: int, out) -> 
     os._exit(0)
 
 
-def ours(name: str, steps: int) -> float:
+def _prepared_rate(acc, name: str, steps: int) -> float:
+    """The model, optimizer and loader of MODELS[name] through `acc.prepare`, timed (ours or HF's)."""
     make, i, o, bs = MODELS[name]
-    acc = Accelerator()
     torch.manual_seed(0)
     model = make()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = DataLoader(_data(i, o, bs * acc.num_processes * 40), batch_size=bs, shuffle=True)
     model, opt, loader = acc.prepare(model, opt, loader)
-    rate = _time_loop(model, opt, loader, acc.backward, steps)
+    return _time_loop(model, opt, loader, acc.backward, steps)
+
+
+def ours(name: str, steps: int) -> float:
+    acc = Accelerator()
+    rate = _prepared_rate(acc, name, steps)
     acc.end_training()
     return rate
 
@@ -106,14 +111,8 @@ def accelerate_rate(name: str, steps: int) -> float | None:
         from accelerate import Accelerator as HFAccelerator
 
         torch.set_num_threads(1)
-        make, i, o, bs = MODELS[name]
         acc = HFAccelerator(cpu=True)
-        torch.manual_seed(0)
-        model = make()
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        loader = DataLoader(_data(i, o, bs * acc.num_processes * 40), batch_size=bs, shuffle=True)
-        model, opt, loader = acc.prepare(model, opt, loader)
-        rate = _time_loop(model, opt, loader, acc.backward, steps)
+        rate = _prepared_rate(acc, name, steps)
         if acc.is_main_process:
             q.put(rate)
 

@@ -242,6 +242,16 @@ def test_pick_settings_save_launch_and_watch_the_run(page, lab, notebook_dir):
     assert steps.locator(".nl-steps-rank").count() == 2 and "ms/step" in steps.inner_text()
 
 
+def _stop_when_ticking(view, psutil, notebook_dir) -> None:
+    """Wait for the run's 20th tick, press Stop, and see every worker gone."""
+    view.locator(".nl-pane-all", has_text="tick 20").wait_for(timeout=RUN_TIMEOUT_MS)
+    workers = worker_processes(psutil, notebook_dir)
+    assert len(workers) >= 2, workers
+    view.locator("button", has_text="Stop").click()
+    view.locator(".nl-status", has_text="stopped after").wait_for(timeout=30_000)
+    wait_gone(psutil, workers)
+
+
 @JUPYTERLAB_ONLY
 def test_stop_ends_every_worker(page, lab, notebook_dir):
     psutil = pytest.importorskip("psutil")
@@ -249,13 +259,7 @@ def test_stop_ends_every_worker(page, lab, notebook_dir):
     long_panel.locator(".nl-summary", has_text="→ DDP (CPU)").wait_for()
     long_panel.locator("button", has_text="Launch").click()
     view = long_panel.locator(".nl-run-view")
-    view.locator(".nl-pane-all", has_text="tick 20").wait_for(timeout=RUN_TIMEOUT_MS)
-    workers = worker_processes(psutil, notebook_dir)
-    assert len(workers) >= 2, workers
-
-    view.locator("button", has_text="Stop").click()
-    view.locator(".nl-status", has_text="stopped after").wait_for(timeout=30_000)
-    wait_gone(psutil, workers)
+    _stop_when_ticking(view, psutil, notebook_dir)
     # the pane stays scrolled to the newest line (it holds more lines than fit)
     scroll = page.evaluate(
         "() => { const d = document.querySelector('.nl-pane-all .nl-output');"
@@ -278,12 +282,7 @@ def test_stop_reaches_a_blocking_launch(tab, lab, notebook_dir):
     jl.open_notebook(tab, lab, "blocking.ipynb")
     tab.evaluate("() => { window.__runAll = window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
     view = tab.locator(".nl-run-view")
-    view.locator(".nl-pane-all", has_text="tick 20").wait_for(timeout=RUN_TIMEOUT_MS)
-    workers = worker_processes(psutil, notebook_dir)
-    assert len(workers) >= 2, workers
-    view.locator("button", has_text="Stop").click()
-    view.locator(".nl-status", has_text="stopped after").wait_for(timeout=30_000)
-    wait_gone(psutil, workers)
+    _stop_when_ticking(view, psutil, notebook_dir)
     assert tab.evaluate("() => window.__runAll") is False  # the cell raised LaunchStopped
     assert [e["ename"] for e in jl.error_outputs(tab)] == ["LaunchStopped"]
     jl.wait_kernel_idle(tab)

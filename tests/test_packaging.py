@@ -21,7 +21,7 @@ PACKAGE = ROOT / "notebook_launcher"
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 # import name -> the requirement that brings it: a dependency ("") or the extra named
 DECLARED = {"torch": "", "cloudpickle": "", "yaml": "", "ipywidgets": "", "safetensors": "", "numpy": "",
-            "IPython": "", "traitlets": ""}  # fmt: skip
+            "IPython": "", "traitlets": "", "comm": ""}  # fmt: skip
 EXTRA_OF = {
     "deepspeed": "deepspeed", "torchao": "fp8", "transformer_engine": "fp8", "ray": "ray",
     "submitit": "slurm", "zmq": "notebooks", "tensorboardX": "tensorboard", "aim": "aim",

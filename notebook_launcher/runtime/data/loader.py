@@ -350,6 +350,9 @@ class DataLoaderShard:
         }
         if self._pass_generator_state is not None and self.batches_yielded:
             state["generator_state"] = self._pass_generator_state  # the order of the pass under way
+        elif self._shared_generator is not None and not self.batches_yielded:
+            # between passes: where the next pass's order starts (the uninterrupted run draws it from here)
+            state["generator_state"] = self._shared_generator.get_state()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
