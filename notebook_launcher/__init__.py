@@ -126,7 +126,7 @@ def _shown_run_view() -> Any:
     from .widgets import RunView
 
     shown = RunView()
-    display(shown)
+    display(shown)  # type: ignore[no-untyped-call]
     return shown
 
 

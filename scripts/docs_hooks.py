@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import importlib
+import importlib.util
 import io
 import posixpath
 import re
@@ -87,17 +88,11 @@ def public_names(module: str) -> dict[str, str]:
             where.update({a.asname or a.name: source for a in node.names})
         elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             where[node.name] = module
-    face = importlib.import_module(module) if module != "notebook_launcher.tracking" else None
+    face = importlib.import_module(module)
     lazy: dict[str, str] = getattr(face, "_LAZY", {})
-    names = face.__all__ if face is not None else _literal_all(tree)
-    return {name: lazy.get(name) or where[name] for name in sorted(names)}
-
-
-def _literal_all(tree: ast.Module) -> list[str]:
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets):
-            return list(ast.literal_eval(node.value))
-    raise ValueError("no literal __all__")
+    names = face.__all__
+    star = next((source for name, source in where.items() if name == "*"), None)  # `from X import *`
+    return {name: lazy.get(name) or where.get(name) or star or module for name in sorted(names)}
 
 
 def api_page(module: str) -> str:
@@ -105,9 +100,37 @@ def api_page(module: str) -> str:
     lines = [f"# `{module}`", "", (doc or "").strip(), ""]
     if module == "notebook_launcher.tracking":
         lines[2] = "Accelerate's `accelerate.tracking` import path: the tracker classes and their helpers."
+    made_at_import = []  # names a module makes in a loop (the is_*_available probes): no source to render
     for name, source in public_names(module).items():
+        if not _defined_in_source(source, name):
+            made_at_import.append(name)
+            continue
         lines += [f"::: {source}.{name}", "    options:", "      heading_level: 2", ""]
+    if made_at_import:
+        lines += ["## Availability probes", ""]
+        for name in made_at_import:
+            doc = (importlib.import_module(module).__getattr__(name).__doc__ or "").strip().splitlines()
+            lines.append(f"- `{name}()`: {doc[0] if doc else ''}")
+        lines.append("")
     return "\n".join(lines)
+
+
+def _defined_in_source(source: str, name: str) -> bool:
+    """Whether `name` is written in `source`'s file (a def, a class, an assignment or an import)."""
+    spec = importlib.util.find_spec(source)
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        return True
+    tree = ast.parse(Path(spec.origin).read_text())
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
+            return True
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == name for t in node.targets):
+            return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+            (a.asname or a.name.split(".")[0]) == name or a.name == "*" for a in node.names
+        ):
+            return True
+    return False
 
 
 def cli_page() -> str:

@@ -30,6 +30,7 @@ def parse_flag_from_env(key: str, default: bool = False) -> bool:
 
 
 def parse_choice_from_env(key: str, default: str = "no") -> str:
+    """The variable's value as given, or `default` (Accelerate's helper for choice-valued flags)."""
     return os.environ.get(key, str(default))
 
 
@@ -63,18 +64,22 @@ def _never(*args: Any, **kwargs: Any) -> bool:
 
 
 def is_mps_available(min_version: str = "1.12") -> bool:
+    """Whether Apple's MPS device is usable in this torch."""
     return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
 
 
 def is_fp16_available() -> bool:
+    """fp16 mixed precision: always offered (on CPU autocast runs it, with a grad scaler)."""
     return True
 
 
 def is_fp8_available() -> bool:
+    """fp8 training: available when torchao (the fp8 extra) is installed."""
     return _importable("torchao")
 
 
 def is_rocm_available() -> bool:
+    """Whether this torch is a ROCm build (its GPUs answer as CUDA)."""
     return torch.version.hip is not None
 
 

@@ -159,7 +159,7 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, 
                 f"device_placement has {len(device_placement)} entries for {len(args)} objects; give one per object."
             )
         placements = device_placement or [self.device_placement] * len(args)
-        _ = self.state.distributed_type  # a state reset under this Accelerator fails here, with the cause
+        _ = self.state.distributed_type  # type: ignore[attr-defined]  # a reset state fails here, with the cause
         for obj in args:
             if id(obj) in self._prepared_ids:
                 raise AcceleratorError(
