@@ -13,8 +13,8 @@ next one still runs.
 With `ours`, a meta-path finder answers the `accelerate` module names from ours, as the migration
 table maps them (docs/migrating-from-accelerate.md). `accelerate.test_utils` is a small module built
 here: Accelerate's own `RegressionDataset` / `RegressionModel` (test_utils/training.py, plain torch
-and numpy, loaded from its file), and `are_the_same_tensors` / `assert_exception` written on ours
-(Accelerate's gather through its own state).
+and numpy, loaded from its file), and `are_the_same_tensors` / `assert_exception` / `require_bnb` written on
+ours (Accelerate's gather through its own state).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ ALIASES = {
     "accelerate.accelerator": "notebook_launcher",
     "accelerate.state": "notebook_launcher.state",
     "accelerate.data_loader": "notebook_launcher.data_loader",
+    "accelerate.local_sgd": "notebook_launcher.local_sgd",
     "accelerate.utils": "notebook_launcher.utils",
 }
 TEST_UTILS = ("accelerate.test_utils", "accelerate.test_utils.testing", "accelerate.test_utils.training")
@@ -106,6 +107,14 @@ class AccelerateFromOurs(importlib.abc.MetaPathFinder):
         return importlib.machinery.ModuleSpec(fullname, _Alias(lambda: importlib.import_module(ours)))
 
 
+def answer_accelerate_from_ours() -> None:
+    """From now on, in this process and the workers it forks, `accelerate...` imports are ours."""
+    for name in [n for n in sys.modules if n == "accelerate" or n.startswith("accelerate.")]:
+        del sys.modules[name]  # a real accelerate imported earlier must not answer
+    if not any(isinstance(finder, AccelerateFromOurs) for finder in sys.meta_path):
+        sys.meta_path.insert(0, AccelerateFromOurs(accelerate_dir()))
+
+
 @functools.cache
 def test_utils_module(accelerate_root: Path) -> types.ModuleType:
     """Accelerate's RegressionDataset/RegressionModel (pure torch + numpy) with helpers on our state."""
@@ -138,10 +147,15 @@ def test_utils_module(accelerate_root: Path) -> types.ModuleType:
             return
         raise AssertionError(f"expected {exception_class}, but nothing was raised")
 
+    import pytest
+
+    from notebook_launcher.utils import is_bnb_available
+
     module.RegressionDataset = loaded.RegressionDataset
     module.RegressionModel = loaded.RegressionModel
     module.are_the_same_tensors = are_the_same_tensors
     module.assert_exception = assert_exception
+    module.require_bnb = pytest.mark.skipif(not is_bnb_available(), reason="test requires bitsandbytes")
     return module
 
 
@@ -270,7 +284,7 @@ def main(argv: list[str]) -> None:
         )
     root = accelerate_dir()
     if library == "ours":
-        sys.meta_path.insert(0, AccelerateFromOurs(root))
+        answer_accelerate_from_ours()
     import torch.distributed as dist
 
     destroy = dist.destroy_process_group

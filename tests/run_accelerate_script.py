@@ -19,7 +19,7 @@ from types import ModuleType
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import accelerate_alias  # noqa: E402
+from accelerate_scripts import answer_accelerate_from_ours  # noqa: E402
 
 SCRIPTS = Path(importlib.util.find_spec("accelerate").origin).parent / "test_utils" / "scripts"
 
@@ -66,7 +66,7 @@ def cpu_adaptation(module: ModuleType) -> Iterator[None]:
 
 
 def run_main(name: str, cpu: bool) -> None:
-    accelerate_alias.install()
+    answer_accelerate_from_ours()
     module = load(name)
     with cpu_adaptation(module) if cpu else contextlib.nullcontext():
         module.main()
