@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ..system.private_files import write_private
+
 OWNER_TIMEOUT_ENV = "NOTEBOOK_LAUNCHER_SLURM_OWNER_TIMEOUT"
 DEFAULT_OWNER_TIMEOUT = 30.0  # seconds without a beat; 0 turns the watch off
 BEAT_SECONDS = 1.0
@@ -48,10 +50,8 @@ class OwnerBeat:
         if now - self.last < BEAT_SECONDS:
             return
         self.last, self.count = now, self.count + 1
-        partial = self.path.with_name(self.path.name + ".partial")
-        try:
-            partial.write_text(str(self.count))
-            os.replace(partial, self.path)  # never half a number for the reader
+        try:  # replaced whole: never half a number for the reader
+            write_private(str(self.path.parent), self.path.name, str(self.count))
         except OSError:
             pass  # a full disk or a vanished folder: the job's own files say more than we could
 

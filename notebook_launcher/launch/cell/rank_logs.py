@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import IO
 
+from ...system.private_files import is_private_dir
+
 KEEP_RUNS = 20
 
 
@@ -28,12 +30,12 @@ def private_root() -> Path:
     root = Path(base) / f"notebook_launcher-{os.getuid()}"
     root.mkdir(mode=0o700, exist_ok=True)
     info = os.lstat(root)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+    if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) & 0o077:
+        os.chmod(root, 0o700)  # ours, but opened up since (a umask, a chmod): private again
+    if not is_private_dir(str(root)):
         raise PermissionError(
             f"{root} exists but is not a directory owned by you; remove it so the per-rank logs can be kept there"
         )
-    if stat.S_IMODE(info.st_mode) & 0o077:
-        os.chmod(root, 0o700)
     return root
 
 

@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from ...estimate.performance import REPORT_ENV
+from ...system.private_files import is_private_dir, write_private
 from .. import telemetry
 
 SEND_EVERY_S = 0.5
@@ -119,12 +120,9 @@ class StepClock:
         """To the notebook's launcher; under the CLI's --report_performance, into its folder."""
         telemetry.emit("performance", **self.summary())
         folder = os.environ.get(REPORT_ENV, "")
-        if os.path.isdir(folder):
-            path = os.path.join(folder, f"rank{os.environ.get('RANK', '0')}.json")
+        if is_private_dir(folder):  # the CLI's folder inside its run directory, never another's
             try:
-                with open(path + ".partial", "w") as handle:
-                    json.dump(self.summary(), handle)
-                os.replace(path + ".partial", path)
+                write_private(folder, f"rank{os.environ.get('RANK', '0')}.json", json.dumps(self.summary()))
             except OSError:
                 pass
 
@@ -139,7 +137,7 @@ def switch_on_if_watched() -> bool:
         CLOCK = StepClock()
     asked = os.environ.get(REPORT_ENV, "")
     CLOCK.enabled = asked != "0" and (telemetry.has_sink() or asked != "")
-    if CLOCK.enabled and os.path.isdir(os.environ.get(REPORT_ENV, "")):
+    if CLOCK.enabled and is_private_dir(os.environ.get(REPORT_ENV, "")):
         atexit.register(lambda: CLOCK.flush())  # a script's last steps, at its end
     return CLOCK.enabled
 
