@@ -288,3 +288,31 @@ def test_launch_help_lists_every_flag_in_both_spellings(tmp_path):
     assert result.returncode == 0, explain(result)
     for flag in FLAGS:
         assert f"--{flag.name}" in result.stdout and f"--{flag.name.replace('_', '-')}" in result.stdout
+
+
+EXIT_PROBE = """
+import atexit, os
+import torch, torch.distributed as dist
+
+def probe():  # registered first, so it runs last: after the runtime's own exit handlers
+    with open(f"group_at_exit{os.environ['RANK']}", "w") as fp:
+        fp.write(str(dist.is_initialized()))
+
+atexit.register(probe)
+from notebook_launcher import Accelerator
+acc = Accelerator()
+acc.print("sum", acc.reduce(torch.ones(1), reduction="sum").item())
+"""
+
+
+def test_a_script_that_never_ends_training_leaves_no_group_to_cpp_teardown(tmp_path):
+    """torch 2.13 aborts (SIGABRT, "terminate called without an active exception") about one exit
+    in six when a gloo group reaches C++ static destruction; a successful script must exit 0, so the
+    runtime destroys the group it made while Python still runs. Seen by an atexit probe that runs
+    after the runtime's handler; the wheel test (test_packaging.py) runs the aborting case itself."""
+    (tmp_path / "probe.py").write_text(EXIT_PROBE)
+    result = run_cli(["launch", "--num_processes", "2", "probe.py"], cwd=tmp_path)
+    assert result.returncode == 0, explain(result)
+    assert "sum 2.0" in result.stdout, explain(result)
+    for rank in (0, 1):
+        assert (tmp_path / f"group_at_exit{rank}").read_text() == "False", explain(result)

@@ -10,6 +10,7 @@ Unlike Accelerate, a world of several CPU processes gets a real gloo group witho
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import os
 from collections.abc import Callable
@@ -208,6 +209,8 @@ def get_state(
             kwargs.update(_attempt_store(world, timeout))
         dist.init_process_group(**kwargs)
         owns = True
+        if "nccl" not in str(backend):
+            atexit.register(_destroy_owned_group_at_exit)
     else:
         backend = None
     _STATE = ProcessState(rank, local_rank, world_size, local_world, node_rank, device, backend, owns)
@@ -244,6 +247,18 @@ def _check_backend(backend: str, device: torch.device) -> str:
             "use backend='gloo' (or leave it unset)."
         )
     return backend
+
+
+def _destroy_owned_group_at_exit() -> None:
+    """A script that never calls `end_training()` leaves its gloo group to C++ static destruction,
+    where torch 2.13 aborts about one exit in six ("terminate called without an active exception",
+    SIGABRT) although the script succeeded. Destroying the group while Python still runs is clean.
+    NCCL groups are left to torch: their teardown can wait on a peer, which an exit must not."""
+    if _STATE is not None and _STATE.owns_process_group and dist.is_available() and dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception:  # noqa: BLE001 - exiting anyway; a failed teardown must not mask the exit code
+            pass
 
 
 def current_state() -> ProcessState | None:
