@@ -106,9 +106,9 @@ def main(argv: list[str]) -> None:
         raise SystemExit(USAGE)
     kind, target, *args = argv
     die_with_launcher()
-    from ..system.host_memory import return_freed_memory_to_os
+    from ..system.host_memory import apply_threshold_if_asked
 
-    return_freed_memory_to_os()  # as in notebook_launch's workers: freed tensors go back to the system
+    apply_threshold_if_asked()  # as in notebook_launch's workers: glibc as in a plain process unless asked
     try:
         run_target(kind, target, args)
     except Exception as exc:

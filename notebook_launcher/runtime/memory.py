@@ -15,6 +15,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from .memory_phases import phase_ended
+
 _OOM_MESSAGES = (
     " out of memory.",  # CUDA, HIP, XPU
     "MPS backend out of memory",
@@ -45,6 +47,7 @@ def release_memory(*objects: Any) -> list[None]:
     """Drop the references, collect garbage, empty the device cache. Use: `a, b = release_memory(a, b)`."""
     objects = [None] * len(objects)
     clear_device_cache(garbage_collection=True)
+    phase_ended()  # and the host heap's free pages go back to the system
     return objects
 
 

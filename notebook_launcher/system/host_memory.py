@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 LIMIT_ENV = "NOTEBOOK_LAUNCHER_MEMORY_LIMIT"  # bytes (or 8G, 512M): warn against this, not the machine
-THRESHOLD_ENV = "NOTEBOOK_LAUNCHER_MMAP_THRESHOLD"  # bytes; 0 keeps glibc's own (dynamic) threshold
+THRESHOLD_ENV = (
+    "NOTEBOOK_LAUNCHER_MMAP_THRESHOLD"  # a size: everywhere; 0: nowhere; unset: sharded strategies
+)
 _M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
 MMAP_THRESHOLD = 1 << 20
 
@@ -70,25 +72,61 @@ def memory_limit() -> MemoryLimit:
     return _cgroup_v2() or _cgroup_v1() or machine
 
 
-def return_freed_memory_to_os() -> bool:
-    """Make glibc hand every freed block of >= 1 MiB back to the system at once (mallopt).
+def threshold_from_env() -> int | None:
+    """NOTEBOOK_LAUNCHER_MMAP_THRESHOLD: None when unset, 0 for "leave glibc alone", else bytes."""
+    raw = os.environ.get(THRESHOLD_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        return parse_bytes(raw, THRESHOLD_ENV)
+    except ValueError:
+        return 0  # "0" (or nonsense): leave glibc alone
+
+
+def return_freed_memory_to_os(threshold: int | None = None) -> bool:
+    """Make glibc hand every freed block of >= `threshold` bytes (default 1 MiB) back to the system
+    at once (mallopt M_MMAP_THRESHOLD).
 
     By default glibc raises its mmap threshold each time a large block is freed, so the memory of
     freed tensors stays in the heap: RSS then shows the high-water mark, and the heap fragments.
     With a fixed threshold large tensors are mapped and unmapped, so the peak is that of the
-    tensors alive together. Called first thing in launched workers; False where not glibc, or
-    when NOTEBOOK_LAUNCHER_MMAP_THRESHOLD=0 asks to keep glibc's behaviour (it sets another size)."""
-    try:
-        threshold = parse_bytes(os.environ.get(THRESHOLD_ENV) or str(MMAP_THRESHOLD), THRESHOLD_ENV)
-    except ValueError:
-        threshold = 0  # "0" (or nonsense): leave glibc alone
-    if threshold == 0:
+    tensors alive together — but each such tensor then costs fresh page faults every time it is
+    made (a 1024-wide MLP trained 25 % slower, issue 25). So this is not done in every worker:
+    sharded strategies ask for it at `prepare` (memory is why they were chosen), and
+    NOTEBOOK_LAUNCHER_MMAP_THRESHOLD asks for it everywhere (a size) or nowhere (0).
+    False where not glibc, or when the variable says 0."""
+    asked = threshold_from_env()
+    if asked == 0:
         return False
+    size = asked or threshold or MMAP_THRESHOLD
     try:
-        libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(_M_MMAP_THRESHOLD, threshold))
+        return bool(_libc().mallopt(_M_MMAP_THRESHOLD, size))
     except (OSError, AttributeError):
         return False
+
+
+def apply_threshold_if_asked() -> bool:
+    """At a worker's start: the process-wide threshold only where NOTEBOOK_LAUNCHER_MMAP_THRESHOLD
+    names a size. Unset, a worker allocates exactly as a plain process does (issue 25)."""
+    asked = threshold_from_env()
+    return bool(asked) and return_freed_memory_to_os(asked)
+
+
+def trim_freed_memory() -> bool:
+    """Give the free pages inside glibc's heaps back to the system now (malloc_trim(0)).
+
+    One walk of the heap, paid once where it is called — after `prepare`, a checkpoint, an epoch —
+    instead of on every allocation: memory freed there (a full copy of the model, a state dict)
+    leaves RSS, while the blocks a training step reuses stay where the step finds them after the
+    first step following the trim. False where not glibc."""
+    try:
+        return bool(_libc().malloc_trim(0))
+    except (OSError, AttributeError):
+        return False
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL("libc.so.6")
 
 
 def parse_bytes(text: str, name: str = "value") -> int:

@@ -138,7 +138,7 @@ def run_prepared(spec: WorkerSpec, target: Any, msg_conn: Connection) -> None:
     from ...runtime.world.state import exit_without_teardown
 
     exit_without_teardown()
-    from ...system.host_memory import return_freed_memory_to_os
+    from ...system.host_memory import apply_threshold_if_asked
     from . import relay
     from .channel import WorkerChannel
     from .memory_sampler import MemorySampler
@@ -146,7 +146,7 @@ def run_prepared(spec: WorkerSpec, target: Any, msg_conn: Connection) -> None:
     channel = WorkerChannel(msg_conn)
     relay.connect(channel.telemetry_sink)
     channel.send_started()
-    return_freed_memory_to_os()
+    apply_threshold_if_asked()  # unset: glibc as in a plain process (issue 25)
     sampler = MemorySampler(channel.telemetry_sink).start()
     exit_code = 0
     try:

@@ -17,7 +17,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from ...errors import AcceleratorError
-from .. import ops
+from .. import memory_phases, ops
 from ..compile import compile_model
 from ..data import DataLoaderShard, GradientState
 from ..parallel.api import ParallelismAPI
@@ -137,6 +137,7 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, 
             gradient_state=self.gradient_state,
             **extra,
         )
+        memory_phases.strategy_chosen(self.strategy)
         self._models: list[nn.Module] = []
         self._optimizers: list[AcceleratedOptimizer] = []
         self._schedulers: list[AcceleratedScheduler] = []
@@ -173,6 +174,7 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, 
             for i, obj in enumerate(args):
                 if _matches(obj, kind):
                     result[i] = self._prepare_one(obj, placements[i])
+        memory_phases.phase_ended()  # the unprepared copies are garbage now
         return result[0] if len(result) == 1 else tuple(result)
 
     def _prepare_one(self, obj: Any, placement: bool) -> Any:

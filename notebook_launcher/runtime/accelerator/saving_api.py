@@ -16,7 +16,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from ...errors import AcceleratorError
-from .. import telemetry
+from .. import memory_phases, telemetry
 from ..checkpointing import checkpoint, model_files, naming
 from ..checkpointing.safe_files import save_safetensors
 from ..precision.mixed import Precision
@@ -127,6 +127,7 @@ class SavingAPI:
         project.iteration += 1
         if self.is_main_process:
             telemetry.emit("checkpoint", path=str(path))  # the launcher names it on a restart or preemption
+        memory_phases.phase_ended()  # the state dicts and file buffers are garbage now
         return path
 
     def load_state(self, input_dir: str | os.PathLike[str] | None = None, **_: Any) -> None:
@@ -139,6 +140,7 @@ class SavingAPI:
         overrides = checkpoint.load_state(self._training_objects(), self._ranks(), input_dir)
         self.step = overrides.get("step", self.step)
         self._continue_tracker_runs(input_dir)
+        memory_phases.phase_ended()
 
     def _training_objects(self) -> checkpoint.TrainingObjects:
         held = ("models", "optimizers", "schedulers", "dataloaders", "custom_objects")
@@ -170,6 +172,7 @@ class SavingAPI:
         gc.collect()
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.empty_cache()
+        memory_phases.phase_ended()
         return [None] * len(objects)
 
     clear = free_memory

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset, Sampler
 
-from .. import telemetry
+from .. import memory_phases, telemetry
 from ..ops import send_to_device
 from ..world import step_clock
 from ..world.rng_sync import synchronize_rng_states
@@ -390,6 +390,7 @@ def _timed(batches: Iterator[Any]) -> Iterator[Any]:
             try:
                 batch = next(batches)
             except StopIteration:
+                memory_phases.phase_ended(rate_limited=True)  # an epoch ended: its garbage goes back
                 return
             clock.add("data", time.perf_counter() - began)
             yield batch

@@ -24,6 +24,9 @@ class Strategy:
     """Single-device behaviour; distributed strategies override what differs."""
 
     name = "NO"
+    # Whether the model's weights are split across ranks: memory is why the user chose it, so the
+    # worker returns large freed blocks to the system from the start (runtime/memory_phases.py).
+    shards_weights = False
 
     def __init__(
         self,

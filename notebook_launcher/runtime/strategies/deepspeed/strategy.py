@@ -98,6 +98,7 @@ class EngineOptimizer(torch.optim.Optimizer):
 
 class DeepSpeedStrategy(Strategy):
     name = "DEEPSPEED"
+    shards_weights = True
 
     def __init__(self, state: Any, config: Any, precision: Any, **kwargs: Any) -> None:
         super().__init__(state, config, precision, **kwargs)

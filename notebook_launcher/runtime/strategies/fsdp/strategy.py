@@ -56,6 +56,7 @@ def _note(state: Any, message: str) -> None:
 
 class FSDPStrategy(Strategy):
     name = "FSDP"
+    shards_weights = True
 
     def __new__(cls, state: Any, config: Any, precision: Any, **kwargs: Any) -> Strategy:
         if config.fsdp_config.fsdp_sharding_strategy == "NO_SHARD":
