@@ -165,7 +165,9 @@ def test_a_worker_keeps_freed_blocks_as_a_plain_process_and_returns_them_at_a_ph
     """Issue 25: no process-wide mmap threshold in a worker (every large tensor would cost page
     faults on every step); the heap's free pages go back at release_memory() instead."""
     returned = notebook_launch(free_blocks_in_the_heap, num_processes=1, timeout=60, quiet=True)[0]
-    assert returned["at_del"] < 50 * 2**20, f"{returned['at_del'] / 2**20:.0f} MiB went back at del: a threshold is set"
+    assert returned["at_del"] < 50 * 2**20, (
+        f"{returned['at_del'] / 2**20:.0f} MiB went back at del: a threshold is set"
+    )
     assert returned["at_release"] >= 150 * 2**20, (
         f"only {returned['at_release'] / 2**20:.0f} MiB of 200 MiB went back at release_memory()"
     )
@@ -180,7 +182,9 @@ def test_a_sharded_strategy_returns_freed_blocks_at_once():
         distributed_type="FSDP",
     )  # fmt: skip
     for rank in returned:
-        assert rank["at_del"] >= 150 * 2**20, f"only {rank['at_del'] / 2**20:.0f} MiB of 200 MiB went back at del"
+        assert rank["at_del"] >= 150 * 2**20, (
+            f"only {rank['at_del'] / 2**20:.0f} MiB of 200 MiB went back at del"
+        )
 
 
 # ------------------------------------------------------------------ readers

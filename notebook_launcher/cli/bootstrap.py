@@ -4,8 +4,8 @@ torch.distributed.run starts `python -u -m notebook_launcher.cli.bootstrap scrip
 ARGS...` in every worker. This shim adds three things to running the target. The worker dies with
 the launcher: torchrun starts each worker in a session of its own, so a launcher killed with
 SIGKILL (an OOM killer, a scheduler, a test timeout) used to leave its workers running, holding
-GPUs. glibc is told to return freed tensors' memory to the system at once (see
-notebook_launcher/system/host_memory.py). And when the script raises, it records the exception in the
+GPUs. Memory is handled as in notebook_launch's workers: glibc as in a plain process, unless
+NOTEBOOK_LAUNCHER_MMAP_THRESHOLD asks otherwise (runtime/memory_phases.py). And when the script raises, it records the exception in the
 error file torchrun hands each worker (TORCHELASTIC_ERROR_FILE, written through torch's own
 ErrorHandler), so the launcher can name the failing rank and show its traceback. Plain scripts do
 not write that file themselves (it needs torch's `@record` around an entry function).
