@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -33,9 +34,9 @@ def _start(env: dict[str, str], cwd, argv=None) -> subprocess.Popen:
 
 
 def _results(done) -> list:
-    rows = [
-        json.loads(line[7:]) for r in done for line in r.stdout.splitlines() if line.startswith("RESULT ")
-    ]
+    """Every rank's RESULT row. mpirun merges the ranks' stdout, and an unbuffered print writes its
+    text and its newline separately, so one rank's row can end where the next rank's begins."""
+    rows = [json.loads(found) for r in done for found in re.findall(r"RESULT (\[[^\]]*\])", r.stdout)]
     return sorted(rows, key=lambda row: row[1])
 
 

@@ -18,7 +18,7 @@ from step_overhead import launched, plain_fork  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-MODEL, RANKS, STEPS, ROUNDS = "MLP 2M", 2, 100, 3
+MODEL, RANKS, STEPS, ROUNDS = "MLP 2M", 2, 60, 3
 
 
 def _spread(values: list[float]) -> float:
