@@ -10,7 +10,8 @@ memory) runs in one session, started these ways, alternating so load changes hit
 - CLI: the raw code as a script under `notebook-launcher launch`, vs the same script under plain
   `torchrun` (the CLI's own baseline).
 
-For three step sizes (a 2M-parameter MLP, a 10M MLP, a transformer block; batch 32) on 2 and 4
+For four step sizes (the README's 22-parameter seed model, a 2M-parameter MLP, a 10M MLP, a
+transformer block; batch 32) on 2 and 4
 ranks. Printed: the baseline's steps/s and each path's ratio to it (median of --repeats runs),
 and rank 0's CPU milliseconds per step, which load from other processes moves far less than
 wall time. Goal (issue 25): every ratio within 2 % of 1.
@@ -51,6 +52,7 @@ def mlp(width_in: int, hidden: int, width_out: int) -> nn.Module:
 
 
 MODELS = {  # name: (build, input shape of one batch)
+    "seed model (22)": (lambda: nn.Linear(10, 2), (32, 10)),
     "MLP 2M": (lambda: mlp(512, 1024, 512), (32, 512)),
     "MLP 10M": (lambda: mlp(1024, 2048, 1024), (32, 1024)),
     "transformer block": (
@@ -207,10 +209,12 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS))
-    parser.add_argument("--quick", action="store_true", help="the 2M MLP on 2 ranks, no CLI paths")
+    parser.add_argument(
+        "--quick", action="store_true", help="the seed model and the 2M MLP on 2 ranks, no CLI"
+    )
     args = parser.parse_args()
     if args.quick:
-        args.models, args.ranks = ["MLP 2M"], [2]
+        args.models, args.ranks = ["seed model (22)", "MLP 2M"], [2]
         args.paths = [p for p in args.paths if p not in ("torchrun", "CLI")]
     print(
         f"{os.cpu_count()} CPUs, {args.steps} steps after {WARMUP}, median of {args.repeats}; ratio = steps/s over the baseline's"
