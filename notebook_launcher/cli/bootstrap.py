@@ -16,12 +16,14 @@ exits with status 1, exactly like an uncaught exception in `python script.py`.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import json
 import os
 import runpy
 import signal
 import sys
+import threading
 import time
 import traceback
 
@@ -111,6 +113,8 @@ def main(argv: list[str]) -> None:
     apply_threshold_if_asked()  # as in notebook_launch's workers: glibc as in a plain process unless asked
     try:
         run_target(kind, target, args)
+    except SystemExit as exc:  # sys.exit() in the script: its code, then the same clean end
+        _leave(_exit_code(exc.code))
     except Exception as exc:
         _trim(exc)
         try:
@@ -123,6 +127,38 @@ def main(argv: list[str]) -> None:
         _trim(exc)
         sys.excepthook(type(exc), exc, exc.__traceback__)
         sys.exit(130)
+    _leave(0)
+
+
+def _exit_code(code: object) -> int:
+    """What Python makes of SystemExit(code): None is 0, an int itself, anything else printed and 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _leave(code: int) -> None:
+    """End a worker whose script finished as `python script.py` would, minus C++ static
+    destruction: torch 2.13 aborts there now and then (SIGABRT, "terminate called without an
+    active exception") after a script that succeeded — seen in `notebook-launcher test`, which
+    destroys its group — and the launcher would report a failed rank. First what Py_Finalize does
+    first: wait for the script's non-daemon threads (and threading's own exit hooks, which end
+    thread pools), run the atexit handlers (logging, multiprocessing, the runtime's group
+    teardown); then flush and end the process."""
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None:
+        shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 if __name__ == "__main__":
