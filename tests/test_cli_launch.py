@@ -316,3 +316,35 @@ def test_a_script_that_never_ends_training_leaves_no_group_to_cpp_teardown(tmp_p
     assert "sum 2.0" in result.stdout, explain(result)
     for rank in (0, 1):
         assert (tmp_path / f"group_at_exit{rank}").read_text() == "False", explain(result)
+
+
+ENDING = """
+import atexit, sys, threading, time
+from concurrent.futures import ThreadPoolExecutor
+
+pool = ThreadPoolExecutor(2)
+pool.submit(time.sleep, 0.1)
+
+def late():
+    time.sleep(0.5)
+    print("thread done", flush=True)
+
+threading.Thread(target=late).start()
+atexit.register(lambda: print("atexit ran", flush=True))
+print("unterminated", end="")
+if len(sys.argv) > 1:
+    sys.exit(int(sys.argv[1]))
+"""
+
+
+def test_a_finished_script_ends_as_python_would_without_cpp_teardown(tmp_path):
+    """cli/bootstrap.py ends a finished worker with os._exit (torch's static destructors abort now
+    and then): before that, what Python's exit does first still happens — threads joined, thread
+    pools ended, atexit handlers run, unflushed output written — and sys.exit keeps its code."""
+    (tmp_path / "ending.py").write_text(ENDING)
+    result = run_cli(["launch", "--num_processes", "2", "ending.py"], cwd=tmp_path)
+    assert result.returncode == 0, explain(result)
+    for what in ("thread done", "atexit ran", "unterminated"):
+        assert result.stdout.count(what) == 2, explain(result)
+    result = run_cli(["launch", "--num_processes", "1", "ending.py", "3"], cwd=tmp_path)
+    assert result.returncode != 0 and "exited with code 3" in result.stdout + result.stderr, explain(result)

@@ -173,6 +173,37 @@ def test_a_worker_keeps_freed_blocks_as_a_plain_process_and_returns_them_at_a_ph
     )
 
 
+KERNEL_THAT_FIXED_THE_THRESHOLD = """
+import json, sys
+sys.path.insert(0, {tests!r})
+from notebook_launcher import notebook_launch
+from notebook_launcher.system.host_memory import return_freed_memory_to_os
+from test_memory_live import free_blocks_in_the_heap
+assert return_freed_memory_to_os()  # what an FSDP Accelerator built in the kernel itself does
+print(json.dumps(notebook_launch(free_blocks_in_the_heap, num_processes=1, timeout=60, quiet=True)[0]))
+"""
+
+
+def test_a_worker_does_not_inherit_a_threshold_its_kernel_fixed(tmp_path):
+    """A kernel that fixed glibc's threshold (an FSDP Accelerator made in the kernel) forks workers
+    that would inherit it; they undo it (failed once in the full suite, where another test had
+    fixed it in pytest's own process)."""
+    import json
+    import subprocess
+    import sys
+
+    script = KERNEL_THAT_FIXED_THE_THRESHOLD.format(tests=str(Path(__file__).resolve().parent))
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    returned = json.loads(done.stdout.strip().splitlines()[-1])
+    assert returned["at_del"] < 50 * 2**20, (
+        f"{returned['at_del'] / 2**20:.0f} MiB went back at del: inherited"
+    )
+    assert returned["at_release"] >= 150 * 2**20, returned
+
+
 @pytest.mark.slow
 def test_a_sharded_strategy_returns_freed_blocks_at_once():
     """FSDP is chosen for memory: from the Accelerator's creation, blocks of >= 1 MiB are mapped and

@@ -21,7 +21,11 @@ LIMIT_ENV = "NOTEBOOK_LAUNCHER_MEMORY_LIMIT"  # bytes (or 8G, 512M): warn agains
 THRESHOLD_ENV = (
     "NOTEBOOK_LAUNCHER_MMAP_THRESHOLD"  # a size: everywhere; 0: nowhere; unset: sharded strategies
 )
-_M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
+_M_MMAP_THRESHOLD = -3  # glibc mallopt parameters
+_M_TRIM_THRESHOLD = -1
+DYNAMIC_CEILING = 32 << 20  # where glibc's own threshold stops rising (64-bit)
+UNDONE_TRIM_THRESHOLD = 1 << 30  # with the threshold undone: the heap's top shrinks at phase boundaries
+_fixed_here = False  # whether this process, or the one it was forked from, fixed the threshold
 MMAP_THRESHOLD = 1 << 20
 
 
@@ -99,17 +103,41 @@ def return_freed_memory_to_os(threshold: int | None = None) -> bool:
     if asked == 0:
         return False
     size = asked or threshold or MMAP_THRESHOLD
+    global _fixed_here
     try:
-        return bool(_libc().mallopt(_M_MMAP_THRESHOLD, size))
+        _fixed_here = bool(_libc().mallopt(_M_MMAP_THRESHOLD, size)) or _fixed_here
     except (OSError, AttributeError):
         return False
+    return _fixed_here
 
 
 def apply_threshold_if_asked() -> bool:
     """At a worker's start: the process-wide threshold only where NOTEBOOK_LAUNCHER_MMAP_THRESHOLD
     names a size. Unset, a worker allocates exactly as a plain process does (issue 25)."""
     asked = threshold_from_env()
-    return bool(asked) and return_freed_memory_to_os(asked)
+    if asked:
+        return return_freed_memory_to_os(asked)
+    if _fixed_here and asked is None:
+        _undo_inherited_threshold()
+    return False
+
+
+def _undo_inherited_threshold() -> None:
+    """A worker forked from a process that fixed the threshold (a kernel that built an FSDP
+    Accelerator itself) inherits it. glibc cannot return to its rising threshold once it was fixed;
+    its ceiling — where a plain process's threshold ends up once large blocks were freed — is the
+    nearest: blocks up to 32 MiB come from the heap and are reused without page faults. The heap's
+    top is left to the phase boundaries' trims (runtime/memory_phases.py): trimmed at every free
+    above 64 MiB (twice the ceiling, glibc's own rule) it still gave 127 of 200 MiB back at `del`
+    in tests/test_memory_live.py, where a plain process gives none."""
+    global _fixed_here
+    try:
+        libc = _libc()
+        libc.mallopt(_M_MMAP_THRESHOLD, DYNAMIC_CEILING)
+        libc.mallopt(_M_TRIM_THRESHOLD, UNDONE_TRIM_THRESHOLD)
+        _fixed_here = False
+    except (OSError, AttributeError):
+        pass
 
 
 def trim_freed_memory() -> bool:
