@@ -223,7 +223,9 @@ def test_repeated_launches_leave_env_signals_and_fds_unchanged():
         notebook_launch(rank_and_world, num_processes=2, quiet=True)
     assert dict(os.environ) == env
     assert {s: signal.getsignal(s) for s in handlers} == handlers
-    assert len(os.listdir("/proc/self/fd")) == fds
+    # A leak adds fds with every launch (20 here); fewer is fine: an earlier test's objects that the
+    # garbage collector ended meanwhile close theirs (seen once in the full suite: 18 after, 42 before).
+    assert len(os.listdir("/proc/self/fd")) <= fds
     assert not psutil.Process().children()
 
 
