@@ -162,7 +162,7 @@ def script_run(command, name: str, world: int, steps: int):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def TORCHRUN(world: int, port: int) -> list[str]:
+def torchrun_command(world: int, port: int) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -172,7 +172,7 @@ def TORCHRUN(world: int, port: int) -> list[str]:
     ]
 
 
-def OUR_CLI(world: int, port: int) -> list[str]:
+def cli_command(world: int, port: int) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -188,8 +188,8 @@ PATHS = {  # column: (baseline column, how to run)
     "notebook_launch": ("plain fork", lambda n, w, s: launched(n, w, s)),
     "+ Accelerator": ("plain fork", lambda n, w, s: launched(n, w, s, accelerator_loop)),
     "warm pool": ("plain fork", lambda n, w, s: launched(n, w, s, start_method="forkserver")),
-    "torchrun": (None, lambda n, w, s: script_run(TORCHRUN, n, w, s)),
-    "CLI": ("torchrun", lambda n, w, s: script_run(OUR_CLI, n, w, s)),
+    "torchrun": (None, lambda n, w, s: script_run(torchrun_command, n, w, s)),
+    "CLI": ("torchrun", lambda n, w, s: script_run(cli_command, n, w, s)),
 }
 
 

@@ -4,11 +4,13 @@ torch.distributed.run starts `python -u -m notebook_launcher.cli.bootstrap scrip
 ARGS...` in every worker. This shim adds three things to running the target. The worker dies with
 the launcher: torchrun starts each worker in a session of its own, so a launcher killed with
 SIGKILL (an OOM killer, a scheduler, a test timeout) used to leave its workers running, holding
-GPUs. Memory is handled as in notebook_launch's workers: glibc as in a plain process, unless
-NOTEBOOK_LAUNCHER_MMAP_THRESHOLD asks otherwise (runtime/memory_phases.py). And when the script raises, it records the exception in the
-error file torchrun hands each worker (TORCHELASTIC_ERROR_FILE, written through torch's own
-ErrorHandler), so the launcher can name the failing rank and show its traceback. Plain scripts do
-not write that file themselves (it needs torch's `@record` around an entry function).
+GPUs. When the script raises, it records the exception in the error file torchrun hands each
+worker (TORCHELASTIC_ERROR_FILE, written through torch's own ErrorHandler), so the launcher can
+name the failing rank and show its traceback; plain scripts do not write that file themselves (it
+needs torch's `@record` around an entry function). And a script that finished ends without C++
+static destruction, where torch sometimes aborts (`_leave`). Memory is handled as in
+notebook_launch's workers: glibc as in a plain process, unless NOTEBOOK_LAUNCHER_MMAP_THRESHOLD
+asks otherwise (runtime/memory_phases.py).
 
 The traceback is trimmed to the user's frames, printed through `sys.excepthook`, and the worker
 exits with status 1, exactly like an uncaught exception in `python script.py`.

@@ -9,10 +9,11 @@ known to be large:
   many short epochs cost nothing measurable);
 - in `accelerator.free_memory()` and `release_memory()` (the user says a phase ended).
 Strategies that shard the model (FSDP, DeepSpeed ZeRO, a device mesh) also make glibc map and
-unmap every block of >= 1 MiB from the Accelerator's creation on: their peak memory is why the user chose them,
-and without it freed gathered weights fragment the heap (docs/sharding.md has the figures; each
-such tensor then costs page faults, so their CPU steps are slower). NOTEBOOK_LAUNCHER_MMAP_THRESHOLD=0
-keeps glibc's behaviour for them too; a size applies that threshold in every worker.
+unmap every block of >= 1 MiB from the Accelerator's creation on: their peak memory is why the
+user chose them, and without it freed gathered weights fragment the heap (docs/sharding.md has
+the figures; each such tensor then costs page faults, so their CPU steps are slower).
+NOTEBOOK_LAUNCHER_MMAP_THRESHOLD=0 keeps glibc's behaviour for them too; a size applies that
+threshold in every worker.
 """
 
 from __future__ import annotations

@@ -18,15 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 LIMIT_ENV = "NOTEBOOK_LAUNCHER_MEMORY_LIMIT"  # bytes (or 8G, 512M): warn against this, not the machine
-THRESHOLD_ENV = (
-    "NOTEBOOK_LAUNCHER_MMAP_THRESHOLD"  # a size: everywhere; 0: nowhere; unset: sharded strategies
-)
-_M_MMAP_THRESHOLD = -3  # glibc mallopt parameters
-_M_TRIM_THRESHOLD = -1
+# The mmap threshold: a size applies it in every worker; 0 nowhere; unset, sharded strategies only.
+THRESHOLD_ENV = "NOTEBOOK_LAUNCHER_MMAP_THRESHOLD"
+MMAP_THRESHOLD = 1 << 20
 DYNAMIC_CEILING = 32 << 20  # where glibc's own threshold stops rising (64-bit)
 UNDONE_TRIM_THRESHOLD = 1 << 30  # with the threshold undone: the heap's top shrinks at phase boundaries
+_M_MMAP_THRESHOLD = -3  # glibc mallopt parameters
+_M_TRIM_THRESHOLD = -1
 _fixed_here = False  # whether this process, or the one it was forked from, fixed the threshold
-MMAP_THRESHOLD = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -96,7 +95,7 @@ def return_freed_memory_to_os(threshold: int | None = None) -> bool:
     With a fixed threshold large tensors are mapped and unmapped, so the peak is that of the
     tensors alive together — but each such tensor then costs fresh page faults every time it is
     made (a 1024-wide MLP trained 25 % slower, issue 25). So this is not done in every worker:
-    sharded strategies ask for it at `prepare` (memory is why they were chosen), and
+    sharded strategies ask for it when the Accelerator is created (memory is why they were chosen), and
     NOTEBOOK_LAUNCHER_MMAP_THRESHOLD asks for it everywhere (a size) or nowhere (0).
     False where not glibc, or when the variable says 0."""
     asked = threshold_from_env()
@@ -105,10 +104,11 @@ def return_freed_memory_to_os(threshold: int | None = None) -> bool:
     size = asked or threshold or MMAP_THRESHOLD
     global _fixed_here
     try:
-        _fixed_here = bool(_libc().mallopt(_M_MMAP_THRESHOLD, size)) or _fixed_here
+        fixed = bool(_libc().mallopt(_M_MMAP_THRESHOLD, size))
     except (OSError, AttributeError):
         return False
-    return _fixed_here
+    _fixed_here = _fixed_here or fixed
+    return fixed
 
 
 def apply_threshold_if_asked() -> bool:

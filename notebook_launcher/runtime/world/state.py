@@ -210,6 +210,7 @@ def get_state(
         dist.init_process_group(**kwargs)
         owns = True
         if "nccl" not in str(backend):
+            atexit.unregister(_destroy_owned_group_at_exit)  # once, however many groups a script makes
             atexit.register(_destroy_owned_group_at_exit)
     else:
         backend = None
