@@ -100,3 +100,39 @@ def test_slurm_nodes_relay_displays_and_bars_through_their_events_file(tmp_path)
             handle.write(json.dumps({"kind": kind, "payload": asdict(event), "time": 0.0}) + "\n")
     follower = LogFollower(1, tmp_path / "out", tmp_path / "err", events)
     assert follower.read() == ([display, bar], [])
+
+
+PLAIN_SCRIPT = """
+import sys
+from notebook_launcher import notebook_launch
+from notebook_launcher.launch.events import WorkerDisplay
+
+def shows():
+    from IPython.display import HTML, display  # the first import of IPython in this process tree
+    display(HTML("<b>from a script</b>"))
+    return "IPython" in sys.modules
+
+if __name__ == "__main__":  # spawn imports this file again in each worker
+    seen = []
+    result = notebook_launch(shows, num_processes=2, start_method=sys.argv[1], observers=[seen.append], quiet=True)
+    assert "IPython" not in sys.modules, "the launcher itself imported IPython"
+    print(result.values, sorted(e.data.get("text/html") for e in seen if isinstance(e, WorkerDisplay)))
+"""
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_a_plain_script_whose_worker_imports_ipython_first_relays_its_display(tmp_path, start_method):
+    """No kernel and no IPython in the launcher: the worker's own first import of IPython (which on
+    IPython 9 loads its display functions while its shell module is half loaded) still displays."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "plain.py"
+    script.write_text(PLAIN_SCRIPT)
+    run = subprocess.run(
+        [sys.executable, str(script), start_method], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "[True, True] ['<b>from a script</b>', '<b>from a script</b>']" in run.stdout, (
+        run.stdout + run.stderr
+    )

@@ -220,3 +220,55 @@ def test_the_kernel_never_saw_a_rank_use_its_sockets(session):
     """Last in this module: what every cell above left in the kernel's own stderr."""
     assert text_of(outputs(session.run("print(1 + 1)"))).strip() == "2"
     assert FORK_MESSAGE not in session.stderr_path.read_text()
+
+
+SHOWS_FIRST_IMPORT = """
+import os, tempfile, time
+from notebook_launcher import notebook_launch, release_warm_pool
+
+def shows(cleared):
+    # The first import of IPython in this process (spawn, the warm pool): IPython 9 imports its
+    # display functions while its shell module is half loaded (issue 37).
+    from IPython.display import HTML, clear_output, display, update_display
+    import matplotlib.pyplot as plt
+    from tqdm.auto import tqdm
+    for _ in tqdm(range(7), desc="fresh"):
+        pass
+    rank = int(os.environ["RANK"])
+    if rank == 0:  # clear_output clears the cell, whichever rank asks: rank 1 shows after it
+        display(HTML("<b>gone</b>"))
+        clear_output()
+        open(cleared, "w").close()
+    while not os.path.exists(cleared):
+        time.sleep(0.01)
+    display(HTML(f"<b>hi {{rank}}</b>"))
+    display(HTML(f"old {{rank}}"), display_id=f"slot{{rank}}")
+    update_display(HTML(f"new {{rank}}"), display_id=f"slot{{rank}}")
+    plt.plot([1, 2]); plt.show()
+    return 1
+
+try:
+    shown = notebook_launch(shows, args=(tempfile.mktemp(),), num_processes=2, start_method={method!r}, timeout=120)
+finally:
+    release_warm_pool()
+print("values", shown.values)
+"""
+
+
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_a_worker_that_imports_ipython_first_displays_in_the_cell(session, method):
+    """The warm pool (forkserver) and spawn start workers without IPython loaded: display(), a
+    display_id update, clear_output, a matplotlib figure and tqdm.auto all reach the cell."""
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (it belongs in the test extra)")
+    outs = outputs(session.run(SHOWS_FIRST_IMPORT.format(method=method), timeout=240))
+    text = text_of(outs)
+    assert not [o for o in outs if o["type"] == "error"], text
+    assert "values [1, 1]" in text, text
+    html = [o["data"].get("text/html", "") for o in outs if o["type"] == "display_data"]
+    assert any("<b>hi 0</b>" in h for h in html) and any("<b>hi 1</b>" in h for h in html), html
+    assert not any("<b>gone</b>" in h for h in html), html  # cleared before anything else was shown
+    assert any(h.endswith("new 0") for h in html) and any(h.endswith("new 1") for h in html), html
+    assert not any("old" in h for h in html), html
+    assert sum("image/png" in o.get("data", {}) for o in outs) == 2, "each rank's figure"
+    bars = next(o["data"] for o in outs if "notebook-launcher-bars" in o.get("data", {}).get("text/html", ""))
+    assert "7/7" in bars["text/plain"], bars

@@ -36,9 +36,22 @@ def install() -> None:
     for name, patch in patches.items():
         module = sys.modules.get(name)
         if module is not None:
-            patch(module)
+            _apply(name, patch, module)
     sys.meta_path.insert(0, _PatchOnImport({k: v for k, v in patches.items() if k not in sys.modules}))
     _logging_to_new_streams()
+
+
+def _apply(name: str, patch: Callable[[ModuleType], None], module: ModuleType) -> None:
+    """A patch that fails (a library release we do not know) leaves that library as it is and says
+    so once: the user's import and function go on; only the relay of that library is lost."""
+    try:
+        patch(module)
+    except Exception as exc:  # noqa: BLE001 - the user's import must not fail because of the relay
+        tell_once(
+            f"patch:{name}",
+            f"what {name} shows is not relayed to the cell ({type(exc).__name__}: {exc}); "
+            "please report this with your IPython/tqdm versions",
+        )
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):
@@ -58,7 +71,7 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
         def exec_then_patch(module: ModuleType) -> None:
             run(module)
-            patch(module)
+            _apply(fullname, patch, module)
 
         spec.loader.exec_module = exec_then_patch  # type: ignore[method-assign]
         return spec

@@ -63,12 +63,21 @@ def patch_shell(module: ModuleType) -> None:
     shell.display_pub = RelayPublisher()
 
 
+def _shell_formats() -> bool:
+    """Whether a live IPython shell (a forked kernel's) formats displays: then its own path reaches
+    the relay publisher (patch_shell). Asked at call time, never while IPython imports itself."""
+    shell_module = sys.modules.get("IPython.core.interactiveshell")
+    shell_class = getattr(shell_module, "InteractiveShell", None)
+    return shell_class is not None and shell_class.initialized()
+
+
 def patch_display_functions(module: ModuleType) -> None:
-    """Without a shell (spawn), display() would print a repr: send the rich bundle instead."""
-    shell_class = sys.modules.get("IPython.core.interactiveshell")
-    if shell_class is not None and shell_class.InteractiveShell.initialized():
-        return  # the shell's own path reaches the relay publisher (patch_shell)
+    """Without a shell (spawn, the warm pool, a plain script), display() would print a repr: send
+    the rich bundle instead. Runs right after `IPython.core.display_functions` loaded, which on
+    IPython 9 is while `IPython.core.interactiveshell` is still half imported: so this touches no
+    other module here, and the replacement decides at each call whether a shell formats instead."""
     original_display = module.display
+    original_clear_output = module.clear_output
 
     def display(
         *objs: Any,
@@ -81,6 +90,18 @@ def patch_display_functions(module: ModuleType) -> None:
         clear: bool = False,
         **kwargs: Any,
     ) -> Any:
+        if _shell_formats():
+            return original_display(
+                *objs,
+                include=include,
+                exclude=exclude,
+                metadata=metadata,
+                transient=transient,
+                display_id=display_id,
+                raw=raw,
+                clear=clear,
+                **kwargs,
+            )
         transient = dict(transient or {})
         if display_id:
             transient["display_id"] = uuid.uuid4().hex if display_id is True else display_id
@@ -102,7 +123,10 @@ def patch_display_functions(module: ModuleType) -> None:
         return None
 
     def clear_output(wait: bool = False) -> None:
-        clear(wait)
+        if _shell_formats():
+            original_clear_output(wait=wait)
+        else:
+            clear(wait)
 
     display.__doc__ = original_display.__doc__
     module.display = display
