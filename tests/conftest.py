@@ -100,3 +100,80 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name not in FAST_FILES:
             item.add_marker(pytest.mark.slow)
+
+
+# ---------------------------------------------------------------------------------------------------
+# CI gates on every real component (issue 33). Under CI=true a skipped test FAILS the run — a real
+# component that could not start (Ray, SLURM, network namespaces, Chromium/JupyterLab, mpirun,
+# DeepSpeed, the fresh-venv wheel) is a failure, not a skip — unless its node id contains a key of
+# this list: what cannot run on CI's CPU-only machine, each with why. Keep it short and commented.
+CPU_MACHINE_SKIPS: dict[str, str] = {
+    # (none today: the GPU paths run against a stand-in CUDA driver, tests/fake_cuda.py, and NCCL,
+    # fp8 on CUDA and multi-GPU checks live in benchmarks/gpu_check.py, outside the suite)
+}
+# What CI reports as having run for real: passed tests per component, by file name.
+COMPONENTS = {
+    "Ray": ("test_ray",),
+    "SLURM": ("test_slurm",),
+    "two machines in network namespaces": ("test_network_namespaces", "test_cli_multimachine", "test_launch_machines"),
+    "JupyterLab + Chromium": ("_browser", "test_browser_panel"),
+    "mpirun": ("test_environments_worlds",),
+    "DeepSpeed": ("test_deepspeed", "test_sharded_init", "test_sharding_memory", "test_merge_weights"),
+    "the built wheel in a fresh venv": ("test_packaging",),
+    "real Jupyter kernels": ("_kernel", "test_notebooks", "test_widgets_notebook"),
+}
+_IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+_passed_by_component: dict[str, int] = {}
+_allowed_skips: list[str] = []
+
+
+def _allowed(nodeid: str) -> str | None:
+    return next((why for key, why in CPU_MACHINE_SKIPS.items() if key in nodeid), None)
+
+
+def _gate(report) -> None:
+    if not report.skipped or hasattr(report, "wasxfail"):
+        return
+    why = _allowed(report.nodeid)
+    if why is not None:
+        _allowed_skips.append(f"{report.nodeid}: {why}")
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    report.outcome = "failed"
+    report.longrepr = (
+        f"skipped under CI=true, which is a failure: {reason}\n"
+        "A real component did not run. Fix what kept it from starting, or, if it can only run on a GPU "
+        "machine, add it to CPU_MACHINE_SKIPS in tests/conftest.py with the reason."
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if _IN_CI:
+        _gate(report)
+    if report.when == "call" and report.passed:
+        for component, parts in COMPONENTS.items():
+            if any(part in item.path.name for part in parts):
+                _passed_by_component[component] = _passed_by_component.get(component, 0) + 1
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    if _IN_CI:
+        _gate(outcome.get_result())
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _IN_CI and not _passed_by_component:
+        return
+    write = terminalreporter.write_line
+    terminalreporter.section("real components that ran (passed tests per component)")
+    for component in COMPONENTS:
+        write(f"{component}: {_passed_by_component.get(component, 0)} passed")
+    if _allowed_skips:
+        write(f"skipped by CPU_MACHINE_SKIPS ({len(_allowed_skips)}):")
+        for line in _allowed_skips:
+            write(f"  {line}")
