@@ -20,6 +20,7 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 BASE=${FRESH_BASE:-/var/tmp/notebook-launcher-bookworm-base.tar}  # debootstrap's result, reused
 ROOT=$(mktemp -d /var/tmp/notebook-launcher-fresh.XXXXXX)
+chmod 755 "$ROOT"  # mktemp made it 0700: it is the chroot's /, which every user must traverse
 COMMAND=$(grep -m1 -E '^bash scripts/install\.sh && ' "$REPO/README.md" | sed -E 's/[[:space:]]+# 1\..*$//')
 [ -n "$COMMAND" ] || { echo "$0: README.md has no first command ('bash scripts/install.sh && ...')" >&2; exit 2; }
 

@@ -1,8 +1,9 @@
 """A fresh venv holding the built wheel and only what it declares (no test helpers here).
 
 Shared by tests/test_packaging.py (the bare install) and scripts/check_extras.py (one venv per
-extra). torch goes in first, pinned: an unpinned torch would pull a multi-GB CUDA build; pip takes
-the pinned CPU wheel from its cache or the local index. `--system-site-packages` is never used: it
+extra). torch goes in first, pinned, through scripts/install_torch.sh (the CPU build on a machine
+without an NVIDIA driver): an unpinned torch would pull a multi-GB CUDA build; pip takes the wheel
+from its cache or the local folder, so a CI run downloads it once. `--system-site-packages` is never used: it
 would hide a dependency the wheel forgot to declare.
 """
 
@@ -50,7 +51,8 @@ def make_venv(where: Path, wheel: Path, extra: str = "") -> Path:
         "--quiet",
         "--no-compile",
     ]  # no .pyc of all torch: minutes saved
-    run(pip + [f"torch=={TORCH}"], timeout=900)
+    # The one decision of which torch build a machine gets (and pip's cache: not downloaded twice).
+    run(["bash", str(ROOT / "scripts" / "install_torch.sh"), str(python), TORCH], timeout=900)
     run(pip + [f"{wheel}[{extra}]" if extra else str(wheel)], timeout=1800)
     return python
 

@@ -244,6 +244,67 @@ def notebooks(repo: Path) -> None:
     assert "rank" in out, out[-2000:]
 
 
+DISPLAY_CELL = """
+import os, tempfile
+from notebook_launcher import notebook_launch, release_warm_pool
+
+def shows():
+    from IPython.display import HTML, display  # the worker's first import of IPython
+    import matplotlib.pyplot as plt
+    display(HTML(f"<b>shown by {os.environ['RANK']}</b>"))
+    plt.plot([1, 2]); plt.show()
+    return 1
+
+try:
+    for method in ("forkserver", "spawn"):
+        print(method, notebook_launch(shows, num_processes=2, start_method=method, timeout=120).values)
+finally:
+    release_warm_pool()
+"""
+
+
+def worker_displays_in_a_kernel() -> None:
+    """A real kernel of this venv: the warm pool's and spawned workers' HTML and figures reach the cell."""
+    import queue
+
+    from jupyter_client.manager import KernelManager
+
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=120)
+        msg_id = kc.execute(DISPLAY_CELL)
+        html, pngs, text, deadline = [], 0, "", time.monotonic() + 300
+        while time.monotonic() < deadline:
+            try:
+                msg = kc.get_iopub_msg(timeout=1.0)
+            except queue.Empty:
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "display_data":
+                html.append(content["data"].get("text/html", ""))
+                pngs += "image/png" in content["data"]
+            elif kind == "stream":
+                text += content["text"]
+            elif kind == "error":
+                text += "\n".join(content["traceback"])
+            elif kind == "status" and content["execution_state"] == "idle":
+                break
+        import IPython
+
+        shown = sum("<b>shown by" in h for h in html)
+        if "forkserver [1, 1]" not in text or "spawn [1, 1]" not in text or shown != 4 or pngs != 4:
+            raise SystemExit(f"IPython {IPython.__version__}: {shown} HTML, {pngs} PNG of 4 each:\n{text}")
+        print(f"IPython {IPython.__version__}: 4 HTML and 4 PNG displays from warm-pool and spawned workers")
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
 def main() -> None:
     what, repo = sys.argv[1], Path(sys.argv[2]).resolve()
     os.chdir(tempfile.mkdtemp(prefix=f"nl-smoke-{what}-"))
@@ -257,6 +318,8 @@ def main() -> None:
         step("notebook_launch with FSDP, save_state/save_model/load_state", notebook_fsdp)
         step("notebook-launcher env and test", env_and_test)
         step("missing extras name themselves in one line", missing_extras)
+    elif what == "display":
+        step("warm-pool and spawned workers display in a real kernel", worker_displays_in_a_kernel)
     elif what == "notebooks":
         step("notebooks/01_quickstart.ipynb executes", notebooks, repo)
     else:

@@ -15,7 +15,7 @@ import zipfile
 
 import pytest
 import tomllib
-from fresh_venv import ROOT, build, make_venv, smoke
+from fresh_venv import ROOT, build, make_venv, run, smoke
 
 PACKAGE = ROOT / "notebook_launcher"
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -112,3 +112,12 @@ def test_the_wheel_alone_runs_the_readme_jobs_in_a_fresh_venv(tmp_path):
         f"build {built - start:.0f}s, venv {installed - built:.0f}s, jobs {time.monotonic() - installed:.0f}s"
     )
     assert "installed_smoke base: all passed" in out
+    # Then a kernel in the same venv (ipykernel, and matplotlib for a figure: what a notebook user
+    # adds): workers started by the warm pool and by spawn import IPython themselves (issue 37).
+    run(
+        [str(python), "-m", "pip", "install", "--quiet", "--no-compile", "ipykernel", "matplotlib"],
+        timeout=900,
+    )
+    out = smoke(python, "display")
+    print(out)
+    assert "installed_smoke display: all passed" in out
