@@ -1,12 +1,15 @@
 """Each extra alone, as a user installs it: the wheel built once, then per extra a fresh venv with
 torch, the wheel and that extra only, and tests/installed_smoke.py's check of what it enables.
 
-Run by .ci/run after the suite (one venv per extra is too slow for the suite's budget):
+Run by .ci/run after the suite (one venv per extra is too slow for the suite's budget), as a gate:
 `python scripts/check_extras.py [deepspeed ray slurm notebooks]`. Exit status 1 names each failure.
+Each extra installs under .ci/extras-constraints.txt's pins (updated on purpose), so a new upstream
+release cannot fail CI by surprise; the wheel is the suite's (NOTEBOOK_LAUNCHER_DIST) when set.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 import time
@@ -16,9 +19,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from fresh_venv import build, make_venv, smoke  # noqa: E402
 
 EXTRAS = ("deepspeed", "ray", "slurm", "notebooks")
+PINS = Path(__file__).resolve().parent.parent / ".ci" / "extras-constraints.txt"
 
 
 def main(extras: list[str]) -> int:
+    os.environ.setdefault("NOTEBOOK_LAUNCHER_EXTRAS_CONSTRAINTS", str(PINS))
     failed = []
     with tempfile.TemporaryDirectory(prefix="nl-extras-") as scratch:
         start = time.monotonic()

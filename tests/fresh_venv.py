@@ -27,7 +27,16 @@ def clean_env() -> dict[str, str]:
 
 
 def build(outdir: Path) -> tuple[Path, Path]:
-    """`python -m build`: the sdist, then the wheel built from that sdist (so the sdist is complete)."""
+    """`python -m build`: the sdist, then the wheel built from that sdist (so the sdist is complete).
+
+    With NOTEBOOK_LAUNCHER_DIST set (.ci/run), the sdist and wheel are built once into that folder
+    and every later caller (the suite's wheel test, scripts/check_extras.py) reuses them."""
+    shared = os.environ.get("NOTEBOOK_LAUNCHER_DIST")
+    if shared:
+        outdir = Path(shared)
+        built = sorted(outdir.glob("*.tar.gz")), sorted(outdir.glob("*.whl"))
+        if built[0] and built[1]:
+            return built[0][-1], built[1][-1]
     subprocess.run(
         [sys.executable, "-m", "build", "--outdir", str(outdir), str(ROOT)],
         check=True,
@@ -53,7 +62,9 @@ def make_venv(where: Path, wheel: Path, extra: str = "") -> Path:
     ]  # no .pyc of all torch: minutes saved
     # The one decision of which torch build a machine gets (and pip's cache: not downloaded twice).
     run(["bash", str(ROOT / "scripts" / "install_torch.sh"), str(python), TORCH], timeout=900)
-    run(pip + [f"{wheel}[{extra}]" if extra else str(wheel)], timeout=1800)
+    constraints = os.environ.get("NOTEBOOK_LAUNCHER_EXTRAS_CONSTRAINTS") if extra else None
+    pins = ["--constraint", constraints] if constraints else []  # check_extras: pinned on purpose
+    run(pip + pins + [f"{wheel}[{extra}]" if extra else str(wheel)], timeout=1800)
     return python
 
 
