@@ -10,6 +10,9 @@
 # network). One thing is not stock, to keep CI inside its time: the host's folder of local wheels
 # (/opt/wheels, holding the CPU build of torch) is mounted read-only and named in PIP_FIND_LINKS, so
 # torch is not downloaded; everything else comes from PyPI and Debian's archive as on any machine.
+# And where this machine reaches the registries through a TLS-inspecting proxy, its local CA
+# certificates (/usr/local/share/ca-certificates) are added to the root's trust store: without them
+# no HTTPS download works from the root at all; a real machine needs none of this.
 # Prints each command, its exit code and its time; exits non-zero when the command failed.
 set -euo pipefail
 
@@ -46,6 +49,10 @@ else
     echo "fresh_machine_check: debootstrap of Debian 12 took $((SECONDS - start)) s"
 fi
 cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+    cp /usr/local/share/ca-certificates/*.crt "$ROOT/usr/local/share/ca-certificates/"
+    chroot "$ROOT" update-ca-certificates >/dev/null 2>&1
+fi
 mount_in -t proc proc "$ROOT/proc"
 mount_in --rbind /sys "$ROOT/sys"
 mount_in --rbind /dev "$ROOT/dev"
