@@ -21,6 +21,7 @@ from .errors import (
     HardwareError,
     NetworkError,
     NotebookLauncherError,
+    WorkerWidgetError,
 )
 from .view_factory import set_view_factory
 
@@ -67,6 +68,7 @@ _LAZY = {
     "LaunchResult": "notebook_launcher.launch",
     "WorkerError": "notebook_launcher.launch",
     "LaunchTimeout": "notebook_launcher.launch",
+    "LaunchInterrupted": "notebook_launcher.launch",
     "RendezvousStalled": "notebook_launcher.launch",
     "LaunchStopped": "notebook_launcher.launch",
     "LaunchPreempted": "notebook_launcher.launch",
@@ -90,6 +92,7 @@ __all__ = [
     "LaunchConfig",
     "NetworkError",
     "NotebookLauncherError",
+    "WorkerWidgetError",
     "load_config",
     "load_ipython_extension",
     "save_config",

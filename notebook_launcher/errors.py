@@ -46,6 +46,12 @@ def closest(name: str, choices: Iterable[str]) -> str:
     return f" Did you mean {match[0]!r}?" if match else ""
 
 
+def install_hint(package: str, extra: str) -> str:
+    """The install command for an optional package. No release is on PyPI yet, so the extra is named
+    as a clone installs it ('.[ray]' from the repository root), beside the package's own name."""
+    return f"pip install {package} (or pip install '.[{extra}]' from a notebook_launcher clone)"
+
+
 def bad_value(field: str, value: object, allowed: Iterable[object], hint: str = "") -> ConfigError:
     """Build the standard 'field got X, allowed: ...' error."""
     allowed = list(allowed)

@@ -4,8 +4,8 @@ Adds the README as the home page, CHANGELOG.md and benchmarks/README.md (read wh
 nothing is copied into docs/; the notebooks come in through the docs/examples link), one API page per public face (each public name rendered
 by mkdocstrings from its docstring, found statically: no torch needed) and the CLI page (every
 command's --help). Links written for GitHub (`docs/cli.md`, `../notebooks/x.ipynb`) are rewritten to
-the site's pages; a link to a file the site does not hold (a .py, a script) goes to the repository; a broken
-link is left alone for `--strict` to fail on.
+the site's pages; a link to anything else (a file the site does not hold, or a broken link) is left
+alone for `--strict` to fail on: the site is read from a checkout, with no repository to point at.
 """
 
 from __future__ import annotations
@@ -61,12 +61,9 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
         target = posixpath.normpath(posixpath.join(here, match[2]))
         site = site_of.get(target) or (target[5:] if target.startswith("docs/") else target)
         site = "examples/" + site[10:] if site.startswith("notebooks/") else site
-        if files.get_file_from_path(site) is not None:
-            new = posixpath.relpath(site, posixpath.dirname(uri) or ".")
-        elif (ROOT / target).exists():
-            new = f"{config['repo_url'].rstrip('/')}/blob/main/{target}"
-        else:  # broken: left as written, so that `mkdocs build --strict` fails on it
+        if files.get_file_from_path(site) is None:  # left as written: `mkdocs build --strict` fails on it
             return match[0]
+        new = posixpath.relpath(site, posixpath.dirname(uri) or ".")
         return f"{match[1]}{new}{match[3] or ''}{match[4]}"
 
     return LINK.sub(rewrite, markdown)

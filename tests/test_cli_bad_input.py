@@ -57,6 +57,7 @@ def test_bad_input_exits_2_with_one_clear_message(tmp_path, argv, files, fragmen
     assert len(lines) == 1 and lines[0].startswith("notebook-launcher"), explain(result)
     for fragment in fragments:
         assert fragment in lines[0], f"{fragment!r} missing from: {lines[0]}"
+    assert not lines[0].endswith(("?.", "..")), f"doubled punctuation at the end: {lines[0]}"
 
 
 def test_fp8_without_a_capable_gpu_is_refused_before_anything_starts(tmp_path):

@@ -16,9 +16,11 @@ from notebook_launcher.launch.planning import machine_network
 from notebook_launcher.system.network import (
     SOCKET_IFNAME_VARS,
     interface_addresses,
+    loopback_interface_env,
     route_to,
     socket_interface_env,
     wait_for_main,
+    workers_interface_env,
 )
 
 
@@ -80,12 +82,21 @@ def _two_machine_config():
     return LaunchConfig(num_machines=2, machine_rank=1, main_process_ip="127.0.0.1", main_process_port=29500)
 
 
-def test_a_single_machine_launch_chooses_nothing():
+def test_a_single_machine_launch_keeps_gloo_on_loopback_without_a_word(monkeypatch):
     from notebook_launcher import LaunchConfig
 
+    for name in SOCKET_IFNAME_VARS:
+        monkeypatch.delenv(name, raising=False)
     lines = []
     env, _check = machine_network(LaunchConfig(), say=lines.append)
-    assert env == {} and lines == []
+    assert env == {"GLOO_SOCKET_IFNAME": _loopback_name(), "TP_SOCKET_IFNAME": _loopback_name()}
+    assert lines == []
+    assert workers_interface_env(1, None, None) == (env, None)  # what the CLI asks (cli/torchrun.py)
+
+
+def test_on_one_machine_the_users_interface_wins():
+    assert loopback_interface_env({"GLOO_SOCKET_IFNAME": "eth0"}) == {}
+    assert loopback_interface_env({"NCCL_SOCKET_IFNAME": "ib0"}) == {}
 
 
 def test_the_probe_returns_once_the_port_answers():

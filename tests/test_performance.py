@@ -12,7 +12,12 @@ import time
 import pytest
 
 from notebook_launcher import notebook_launch
-from notebook_launcher.estimate.performance import PerformanceReport, RankSteps
+from notebook_launcher.estimate.performance import (
+    SAY_MIN_SECONDS,
+    SAY_MIN_STEPS,
+    PerformanceReport,
+    RankSteps,
+)
 
 STEPS = 12
 
@@ -20,11 +25,11 @@ STEPS = 12
 class _Items:
     """A dataset whose items take `delay` seconds on the slow rank."""
 
-    def __init__(self, slow_rank: int | None, delay: float) -> None:
-        self.slow_rank, self.delay = slow_rank, delay
+    def __init__(self, slow_rank: int | None, delay: float, steps: int = STEPS) -> None:
+        self.slow_rank, self.delay, self.steps = slow_rank, delay, steps
 
     def __len__(self) -> int:
-        return 4 * 2 * STEPS
+        return 4 * 2 * self.steps
 
     def __getitem__(self, index: int):
         import os
@@ -36,7 +41,7 @@ class _Items:
         return torch.full((8,), float(index % 7)), torch.tensor([1.0])
 
 
-def _train(slow_data_rank=None, slow_compute_rank=None, forward_sleep=0.01):
+def _train(slow_data_rank=None, slow_compute_rank=None, forward_sleep=0.01, steps=STEPS):
     import torch
     from torch.utils.data import DataLoader
 
@@ -55,7 +60,7 @@ def _train(slow_data_rank=None, slow_compute_rank=None, forward_sleep=0.01):
     accelerator = Accelerator()
     model = Net()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader = DataLoader(_Items(slow_data_rank, 0.01), batch_size=4)
+    loader = DataLoader(_Items(slow_data_rank, 0.01, steps), batch_size=4)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     for x, y in loader:
         loss = torch.nn.functional.mse_loss(model(x), y)
@@ -99,10 +104,41 @@ def test_a_balanced_run_gets_no_warning_and_its_parts_add_up(capsys):
         assert abs(parts - rank.step_ms) <= 0.1 * rank.step_ms, rank
 
 
-def test_the_verdict_is_printed_once_when_something_is_off(capsys):
-    notebook_launch(_train, kwargs={"slow_data_rank": 0}, num_processes=2)
+def test_the_verdict_is_printed_once_when_something_is_off_in_a_run_long_enough(capsys):
+    # 55 measured steps of ~110 ms (rank 0's 40 ms of data on top of 70 ms of "compute"): past
+    # SAY_MIN_STEPS and SAY_MIN_SECONDS
+    kwargs = {"slow_data_rank": 0, "forward_sleep": 0.07, "steps": SAY_MIN_STEPS + 6}
+    result = notebook_launch(_train, kwargs=kwargs, num_processes=2)
     printed = capsys.readouterr().out
+    assert result.performance.worth_saying, str(result.performance)
     assert printed.count("notebook_launch: rank 0 is the straggler") == 1
+
+
+def test_a_short_run_keeps_its_verdict_to_itself(capsys):
+    result = notebook_launch(_train, kwargs={"slow_data_rank": 0}, num_processes=2)  # 11 steps of ~50 ms
+    printed = capsys.readouterr().out
+    assert result.performance.kind == "data straggler", str(result.performance)  # still measured and kept
+    assert not result.performance.worth_saying
+    assert "straggler" not in printed and "notebook_launch: rank" not in printed
+
+
+@pytest.mark.parametrize(
+    "steps, step_ms, said",
+    [
+        (SAY_MIN_STEPS, 1000 * SAY_MIN_SECONDS / SAY_MIN_STEPS, True),  # both limits exactly
+        (SAY_MIN_STEPS - 1, 1000.0, False),  # long steps, too few of them
+        (47, 3.0, False),  # the quick start: 48 steps of a few ms, the first one warm-up
+        (10_000, 0.4, False),  # many steps, under 5 s in all
+    ],
+)
+def test_the_verdict_is_said_only_for_runs_long_enough(steps, step_ms, said):
+    communication_bound = [  # every rank waits 40 % of each step, nobody late
+        RankSteps(rank, steps, step_ms, 0.05 * step_ms, 0.55 * step_ms, 0.4 * step_ms) for rank in (0, 1)
+    ]
+    report = PerformanceReport(communication_bound)
+    assert report.kind == "communication-bound"
+    assert report.worth_saying == said
+    assert not PerformanceReport([RankSteps(r, 10_000, 100.0, 5, 90, 5) for r in (0, 1)]).worth_saying
 
 
 _SCRIPT = """

@@ -157,7 +157,10 @@ def test_deepspeed_missing_names_the_install_command(monkeypatch):
 
     reset_state()
     try:
-        with pytest.raises(ConfigError, match=r"needs the deepspeed package.*`pip install deepspeed`"):
+        with pytest.raises(
+            ConfigError,
+            match=r"needs the deepspeed package.*pip install deepspeed \(or pip install '\.\[deepspeed\]' from a notebook_launcher clone\)",
+        ):
             Accelerator()
     finally:
         reset_state()

@@ -132,7 +132,7 @@ def test_a_missing_package_is_skipped_with_one_line(tmp_path, monkeypatch, capsy
     acc = Accelerator(log_with=["wandb", "tensorboard"], project_dir=tmp_path)
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines == [
-        "notebook_launcher: log_with 'wandb' skipped: the 'wandb' package is not installed (pip install wandb, or pip install 'notebook_launcher[wandb]')."
+        "notebook_launcher: log_with 'wandb' skipped: the 'wandb' package is not installed: pip install wandb (or pip install '.[wandb]' from a notebook_launcher clone)."
     ]
     assert acc.log_with == [LoggerType.TENSORBOARD]
     acc.init_trackers("proj")

@@ -326,7 +326,7 @@ def _explain(message: str, parser: argparse.ArgumentParser) -> str:
         return f"unexpected argument {token!r}. See `{parser.prog} --help`."
     if "training_script" in message and "required" in message:
         return "missing the script to run: notebook-launcher launch [flags] script.py [script args]."
-    return message.rstrip(".") + "."
+    return message if message.endswith(("?", "!")) else message.rstrip(".") + "."
 
 
 def add_launch_flags(parser: argparse.ArgumentParser) -> None:

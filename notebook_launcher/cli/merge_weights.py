@@ -18,6 +18,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from ..errors import install_hint
 from .flags import Parser, UsageError
 
 SAFE_WEIGHTS_NAME, WEIGHTS_NAME = "model.safetensors", "pytorch_model.bin"
@@ -124,7 +125,7 @@ def _from_deepspeed(parent: Path, tag: str) -> dict[str, Any]:
     except ImportError as exc:
         raise UsageError(
             f"{str(parent / tag)!r} is a DeepSpeed checkpoint and merging it needs deepspeed ({exc}); "
-            "run `pip install deepspeed`."
+            f"run {install_hint('deepspeed', 'deepspeed')}."
         ) from None
     return get_fp32_state_dict_from_zero_checkpoint(str(parent), tag=tag)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import LaunchConfig, default_config_path, load_config
-from ..errors import ConfigError
+from ..errors import ConfigError, install_hint
 from ..system.schedulers import batch_job, slurm_step
 from .flags import DEEPSPEED_FLAGS, FLAGS, FSDP_FLAGS, UsageError
 
@@ -138,7 +138,7 @@ def resolve_launch_config(
     if config.distributed_type == "DEEPSPEED" and importlib.util.find_spec("deepspeed") is None:
         raise ConfigError(
             "distributed_type=DEEPSPEED needs the deepspeed package, which is not installed here; "
-            "install it with `pip install 'notebook_launcher[deepspeed]'` or choose another strategy."
+            f"install it with {install_hint('deepspeed', 'deepspeed')}, or choose another strategy."
         )
     if hardware is None:
         from ..system.hardware import detect

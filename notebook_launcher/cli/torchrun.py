@@ -26,7 +26,7 @@ from ..config import LaunchConfig, config_to_env, patched_environ, to_file_dict
 from ..config.env import GRACEFUL_PREEMPTION_ENV
 from ..errors import ConfigError, NetworkError
 from ..estimate.performance import REPORT_ENV, PerformanceReport
-from ..system.network import free_port, port_is_free, socket_interface_env, wait_for_main
+from ..system.network import free_port, port_is_free, wait_for_main, workers_interface_env
 from ..system.private_files import RUN_DIR_ENV, make_private_dir
 from ..system.store import ALL_INTERFACES, LOOPBACK, host_store, store_bind_address
 from .bootstrap import LAUNCHER_PID_ENV
@@ -141,10 +141,11 @@ def build_plan(
         env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"  # a level the user set themselves wins
     if config.gpu_ids and config.gpu_ids != "all" and not config.use_cpu:
         env["CUDA_VISIBLE_DEVICES"] = config.gpu_ids
-    if config.num_machines > 1:
-        network_env, note = socket_interface_env(str(config.main_process_ip), int(config.main_process_port))
-        env.update(network_env)
-        notes.append(note)
+    network_env, note = workers_interface_env(
+        config.num_machines, config.main_process_ip, config.main_process_port
+    )
+    env.update(network_env)  # one machine: gloo on loopback, where the store is (no hostname lookup per rank)
+    notes += [note] if note else []
     return RunPlan(
         config=config,
         target=target,

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, install_hint
 from .driver import crashed_outcome
 from .node import NodeJob, NodeOutcome
 
@@ -229,7 +229,7 @@ def _import_ray() -> Any:
         import ray
     except ImportError:
         raise ConfigError(
-            "cluster='ray' needs Ray in this kernel and on the cluster: pip install 'notebook_launcher[ray]' "
-            "(or pip install ray, the same version as the cluster's)."
+            "cluster='ray' needs Ray in this kernel and on the cluster, the same version as the cluster's: "
+            f"{install_hint('ray', 'ray')}."
         ) from None
     return ray

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, install_hint
 from .driver import crashed_outcome
 from .logs import LogFollower
 from .node import NodeJob, NodeOutcome
@@ -229,7 +229,7 @@ def _import_submitit() -> Any:
         import submitit
     except ImportError:
         raise ConfigError(
-            "cluster='slurm' submits with submitit: pip install 'notebook_launcher[slurm]' (or pip install submitit)"
+            f"cluster='slurm' submits with submitit: {install_hint('submitit', 'slurm')}."
         ) from None
     return submitit
 

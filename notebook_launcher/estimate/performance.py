@@ -19,6 +19,11 @@ STRAGGLER_WAIT_SHARE = 0.15  # the other ranks wait at least this share of a ste
 STRAGGLER_WAIT_RATIO = 0.5  # ...and the straggler itself at most half their mean wait
 INPUT_BOUND_SHARE = 0.5  # every rank waits for its data at least half of each step
 COMM_BOUND_SHARE = 0.3  # every rank waits for the others at least this share, nobody is late
+# A launch prints the verdict only for a run whose pace matters and whose steps were measured well:
+# every rank measured at least this many steps, taking at least this many seconds. A toy run (the
+# quick start's 48 steps of a few ms) gets none; its breakdown stays in result.performance.
+SAY_MIN_STEPS = 50
+SAY_MIN_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,16 @@ class PerformanceReport:
     @property
     def balanced(self) -> bool:
         return self.kind in ("balanced", "unmeasured")
+
+    @property
+    def worth_saying(self) -> bool:
+        """Whether a launch prints the verdict: something is off, and the run was long enough for
+        that to matter (SAY_MIN_STEPS steps and SAY_MIN_SECONDS seconds measured on every rank)."""
+        if self.balanced:
+            return False
+        steps = min(r.steps for r in self.ranks)
+        seconds = min(r.steps * r.step_ms for r in self.ranks) / 1000
+        return steps >= SAY_MIN_STEPS and seconds >= SAY_MIN_SECONDS
 
     @property
     def straggler(self) -> int | None:

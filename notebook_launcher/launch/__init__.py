@@ -15,6 +15,7 @@ Never imports the widgets: view=True asks view_factory.py for the view the publi
 from .handle import RunHandle
 from .notebook import notebook_launch, start_launch
 from .result import (
+    LaunchInterrupted,
     LaunchPreempted,
     LaunchResult,
     LaunchStopped,
@@ -30,6 +31,7 @@ except ImportError:  # no torch.distributed: a plain WorkerError still says ever
     pass
 
 __all__ = [
+    "LaunchInterrupted",
     "LaunchPreempted",
     "LaunchResult",
     "LaunchStopped",

@@ -186,7 +186,7 @@ def notebook_launch(
     run = RestartingRun(plan, Watch(watchers, poll_hooks), restart_on=restart_on)
     run.run()
     result = collect_result(run)
-    if not options["quiet"] and not result.performance.balanced:
+    if not options["quiet"] and result.performance.worth_saying:
         print(f"notebook_launch: {result.performance.verdict} (result.performance has each rank's steps)")
     return result
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..config import LaunchConfig, resolve_config, worker_env
 from ..errors import ConfigError
-from ..system.network import port_is_free, socket_interface_env, wait_for_main
+from ..system.network import port_is_free, wait_for_main, workers_interface_env
 from ..system.store import LOOPBACK, host_store, store_bind_address
 from .result import LaunchStopped
 from .worker.entry import WorkerSpec
@@ -258,13 +258,16 @@ def rendezvous(config: LaunchConfig, num_machines: int) -> tuple[str, int, Any]:
 def machine_network(
     config: LaunchConfig, say: Callable[[str], None]
 ) -> tuple[dict[str, str], Callable[[Callable[[], bool]], None]]:
-    """For a launch over several machines: the workers' network-interface variables (said in one
-    line) and the check that the main machine's port answers, run before any worker starts."""
-    if config.num_machines == 1 or not config.main_process_ip:
+    """The workers' network-interface variables — loopback on one machine; over several machines the
+    interface that reaches the main one (said in one line) — and the check that the main machine's
+    port answers, run before any worker starts."""
+    if config.num_machines > 1 and not config.main_process_ip:
         return {}, lambda should_stop: None  # (rendezvous() names a missing main_process_ip)
     addr = str(config.main_process_ip)
     port = config.main_process_port if config.main_process_port is not None else DEFAULT_PORT
-    env, note = socket_interface_env(addr, port)
+    env, note = workers_interface_env(config.num_machines, addr, port)
+    if note is None:  # one machine: gloo on loopback, nothing to wait for
+        return env, lambda should_stop: None
     say(f"notebook_launch: {note}")
 
     def reach_main(should_stop: Callable[[], bool]) -> None:

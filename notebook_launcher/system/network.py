@@ -155,6 +155,32 @@ def route_to(host: str, port: int = 9) -> Route:
     return Route(host, address, local, names[0] if names else None, address in holders)
 
 
+def loopback_interface_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The workers' variables for a world on this machine alone: its loopback interface.
+
+    gloo otherwise binds to the address the hostname resolves to, and where the hostname resolves to
+    nothing (a fresh root, a container) every rank prints a C++ "Unable to resolve hostname" warning
+    before it falls back to loopback anyway. Nothing is chosen when the user set any of
+    SOCKET_IFNAME_VARS, or when no interface holds 127.0.0.1.
+    """
+    environ = os.environ if environ is None else environ
+    if any(environ.get(name) for name in SOCKET_IFNAME_VARS):
+        return {}
+    names = interface_addresses().get("127.0.0.1", [])
+    return {name: names[0] for name in PICKED_VARS} if names else {}
+
+
+def workers_interface_env(
+    num_machines: int, host: str | None, port: int | None
+) -> tuple[dict[str, str], str | None]:
+    """The workers' network-interface variables for a launch (notebook_launch's and the CLI's), and
+    the line saying what was chosen: loopback for one machine (said by nothing: nothing to decide),
+    else the interface that reaches the main machine (socket_interface_env)."""
+    if num_machines == 1:
+        return loopback_interface_env(), None
+    return socket_interface_env(str(host), port or 9)
+
+
 def socket_interface_env(
     host: str, port: int = 9, environ: Mapping[str, str] | None = None, peer: str | None = None
 ) -> tuple[dict[str, str], str]:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ...errors import ConfigError
+from ...errors import ConfigError, install_hint
 from .. import telemetry
 from ..checkpointing import checkpoint
 from ..trackers import LOGGER_TYPE_TO_CLASS, GeneralTracker
@@ -38,7 +38,7 @@ class TrackingAPI:
             for name in missing:
                 print(
                     f"notebook_launcher: log_with {name!r} skipped: the {package_for(name)!r} package is not "
-                    f"installed (pip install {package_for(name)}, or pip install 'notebook_launcher[{name}]').",
+                    f"installed: {install_hint(package_for(name), name)}.",
                     file=sys.stderr,
                 )
             if log_with is not None and not chosen and not missing:

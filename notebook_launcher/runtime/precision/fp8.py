@@ -22,7 +22,7 @@ from typing import Any
 
 from torch import nn
 
-from ...errors import ConfigError
+from ...errors import ConfigError, install_hint
 
 _ALIGN = 16
 
@@ -52,7 +52,7 @@ def fp8_backend() -> str:
         return "transformer_engine"
     raise ConfigError(
         "mixed_precision='fp8' needs torchao (or NVIDIA Transformer Engine), and neither is installed; "
-        "run `pip install torchao` (or `pip install 'notebook_launcher[fp8]'`), or use mixed_precision='bf16'."
+        f"run {install_hint('torchao', 'fp8')}, or use mixed_precision='bf16'."
     )
 
 

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from ....errors import AcceleratorError, ConfigError
+from ....errors import AcceleratorError, ConfigError, install_hint
 from ..base import Strategy
 from ..process_group import ensure_process_group
 from .config import EngineConfig, build_engine_config
@@ -47,7 +47,7 @@ def import_deepspeed() -> Any:
     except ImportError as exc:
         raise ConfigError(
             "distributed_type='DEEPSPEED' needs the deepspeed package, which cannot be imported here "
-            f"({exc}); run `pip install deepspeed` (or `pip install 'notebook_launcher[deepspeed]'`), "
+            f"({exc}); run {install_hint('deepspeed', 'deepspeed')}, "
             "or choose another distributed_type such as 'FSDP'."
         ) from None
 
