@@ -79,6 +79,7 @@ fi
 if [ ! -x "$VENV/bin/python" ]; then
     say "creating the venv $VENV"
     "$PYTHON" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install --quiet --upgrade pip  # Debian 12's pip 23.0 builds sdists the legacy way
 fi
 VPY="$VENV/bin/python"
 if ! "$VPY" -c "import torch, sys; sys.exit(not torch.__version__.startswith('$TORCH_VERSION'))" 2>/dev/null; then
