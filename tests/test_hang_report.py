@@ -84,14 +84,24 @@ def mismatched() -> None:
         dist.broadcast(tensor, src=0)
 
 
+def formed_group() -> None:
+    _rank()  # Accelerator(): init_process_group
+    dist.barrier()
+
+
 def test_mismatched_collectives_are_told_apart_and_timeout_shows_the_same_report():
+    # The timeout must come after the stall report: it counts from the call, so it leaves room for
+    # a start-up measured here (a 2-rank launch that forms its group) as well as the stall itself.
+    began = time.monotonic()
+    notebook_launch(formed_group, num_processes=2, quiet=True)
+    start_up = time.monotonic() - began
     reports = Reports()
     with pytest.raises(LaunchTimeout) as caught:
         notebook_launch(
             mismatched,
             num_processes=2,
             stall_timeout=STALL,
-            timeout=6 * STALL,
+            timeout=3 * start_up + 4 * STALL,
             observers=[reports],
             quiet=True,
         )
