@@ -5,7 +5,7 @@
 # What it does, in order (each step says so as it runs):
 #   1. Debian's packages it needs, when they are missing, with apt-get as root or through sudo:
 #      python3-venv (Debian and Ubuntu ship Python without venv/pip: PEP 668 forbids installing
-#      into the system's Python), g++ and the Python headers (DeepSpeed compiles two CPU ops),
+#      into the system's Python), g++, ninja and the Python headers (DeepSpeed compiles two CPU ops),
 #      iproute2 and openmpi-bin (the two-machine and MPI tests), Chromium (the browser tests; Debian
 #      only: Ubuntu ships it as a snap, and those tests then skip, saying why).
 #      Without root or sudo it installs none of these and says what is missing.
@@ -54,10 +54,12 @@ if ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
     }
 fi
 HEADERS=$("$PYTHON" -c 'import os, sysconfig; print(os.path.join(sysconfig.get_paths()["include"], "Python.h"))')
-if ! command -v g++ >/dev/null 2>&1 || [ ! -e "$HEADERS" ]; then
-    say "installing g++ and the Python headers (DeepSpeed compiles its CPU ops)"
-    apt_install g++ make "python$PYVER-dev" || apt_install g++ make python3-dev \
-        || say "could not install g++/python3-dev: DeepSpeed's CPU ops will not be compiled, its tests fail"
+if ! command -v g++ >/dev/null 2>&1 || ! command -v ninja >/dev/null 2>&1 || [ ! -e "$HEADERS" ]; then
+    # DeepSpeed looks for `ninja` on PATH each time it loads an op (a venv's own ninja is on PATH only
+    # once the venv is activated, and README's commands do not activate it)
+    say "installing g++, ninja and the Python headers (DeepSpeed compiles its CPU ops)"
+    apt_install g++ make ninja-build "python$PYVER-dev" || apt_install g++ make ninja-build python3-dev \
+        || say "could not install g++/ninja/python3-dev: DeepSpeed's CPU ops will not be compiled, its tests fail"
 fi
 missing=""
 command -v ip >/dev/null || missing="$missing iproute2"
