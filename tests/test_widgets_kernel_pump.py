@@ -78,12 +78,12 @@ def test_stop_click_reaches_a_blocked_cell_and_queued_cells_still_run(kernel, su
     )
     if subshell_id:  # JupyterLab 4.6 tags widget messages with a subshell id of its own
         click["header"]["subshell_id"] = subshell_id
-    sent = time.monotonic()
     kernel.shell_channel.send(click)
 
     blocked_out = stream_text(kernel, blocked, 40)
-    assert "BLOCKED_CELL_SAW_STOP True" in blocked_out
-    assert time.monotonic() - sent < 10, "the click was only handled when the cell ended"
+    # True only if the click was handled while the cell still polled (else the loop ends at 30 s
+    # with False): no wall-clock bound needed
+    assert "BLOCKED_CELL_SAW_STOP True" in blocked_out, blocked_out
     assert "QUEUED_CELL_RAN True" in stream_text(kernel, queued, 30)
     # the kernel keeps working normally afterwards
     assert "4" in stream_text(kernel, kernel.execute("print(2 + 2)"), 30)
