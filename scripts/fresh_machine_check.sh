@@ -48,6 +48,7 @@ else
     tar -C "$ROOT" -cf "$BASE" .
     echo "fresh_machine_check: debootstrap of Debian 12 took $((SECONDS - start)) s"
 fi
+chmod 755 "$ROOT"  # again: the root's own mode as the archive recorded it
 cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
 if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
     cp /usr/local/share/ca-certificates/*.crt "$ROOT/usr/local/share/ca-certificates/"
