@@ -7,6 +7,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+# README's test command runs the venv's python without activating the venv: the tools its packages
+# install (ray, jupyter, notebook-launcher, ninja for DeepSpeed's ops) are found in its bin/ first.
+_BIN = str(Path(sys.executable).parent)
+if os.environ.get("PATH", "").split(os.pathsep)[0] != _BIN:
+    os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
+
 # Tests must not pick up a developer's own default config file.
 os.environ.setdefault("XDG_CONFIG_HOME", str(ROOT / ".pytest-xdg-config"))
 
