@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
-from test_cli_helpers import explain, run_cli
+from test_cli_helpers import cli_env, explain, run_cli
 
 # (id, command line, files to create {name: text}, fragments the message must contain)
 CASES = [
@@ -84,11 +86,16 @@ def test_multi_gpu_without_gpus_is_refused(tmp_path):
 
 
 def test_deepspeed_without_the_package_is_refused(tmp_path):
-    import importlib.util
-
-    if importlib.util.find_spec("deepspeed") is not None:
-        pytest.skip("deepspeed is installed here")
+    """As on a machine without deepspeed, whether or not this one has it: a sitecustomize on the
+    CLI's PYTHONPATH makes `deepspeed` unimportable (find_spec None, import ModuleNotFoundError)."""
+    hide = tmp_path / "no_deepspeed"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text("import sys\nsys.modules['deepspeed'] = None\n")
+    env = cli_env(tmp_path)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(hide), env.get("PYTHONPATH", "")) if p)
     (tmp_path / "ok.py").write_text("raise SystemExit('must not run')\n")
-    result = run_cli(["launch", "--use_deepspeed", "--zero_stage", "3", "ok.py"], cwd=tmp_path, timeout=60)
+    result = run_cli(
+        ["launch", "--use_deepspeed", "--zero_stage", "3", "ok.py"], cwd=tmp_path, env=env, timeout=60
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr, explain(result)
     assert "needs the deepspeed package" in result.stderr and "pip install" in result.stderr
