@@ -4,6 +4,7 @@ wakes up) or through timeout=, so a broken detector fails an assertion instead o
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -211,18 +212,28 @@ def busy(pause: float) -> str:
     return "finished"
 
 
-def test_handle_stacks_on_a_running_launch():
-    handle = start_launch(busy, args=(3.0,), num_processes=2, stall_timeout=None, quiet=True)
+def busy_until(release: str) -> str:
+    _rank()
+    deadline = time.monotonic() + 120
+    while not os.path.exists(release) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the ranks stay here until the test has its report, however slow the start
+    return "finished"
+
+
+def test_handle_stacks_on_a_running_launch(tmp_path):
+    release = str(tmp_path / "release")
+    handle = start_launch(busy_until, args=(release,), num_processes=2, stall_timeout=None, quiet=True)
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         report = handle.stacks()
-        while "busy" not in report.ranks[1].stack and time.monotonic() < deadline:
-            time.sleep(0.2)  # still starting up: ask again
+        while not all("time.sleep(0.05)" in state.stack for state in report.ranks):
+            assert time.monotonic() < deadline, report.text()  # still starting up: ask again
+            time.sleep(0.2)
             report = handle.stacks()
         assert report.reason == "asked" and report.kind == BUSY, report.verdict
-        assert all("time.sleep(pause)" in state.stack for state in report.ranks)
         assert "every rank is busy in its own code" in str(report)
     finally:
+        open(release, "w").close()
         result = handle.wait(60)
     assert list(result) == ["finished", "finished"]  # the report did not stop the run
     with pytest.raises(RuntimeError, match="has ended"):
