@@ -121,7 +121,11 @@ CPU_MACHINE_SKIPS: dict[str, str] = {
 COMPONENTS = {
     "Ray": ("test_ray",),
     "SLURM": ("test_slurm",),
-    "two machines in network namespaces": ("test_network_namespaces", "test_cli_multimachine", "test_launch_machines"),
+    "two machines in network namespaces": (
+        "test_network_namespaces",
+        "test_cli_multimachine",
+        "test_launch_machines",
+    ),
     "JupyterLab + Chromium": ("_browser", "test_browser_panel"),
     "mpirun": ("test_environments_worlds",),
     "DeepSpeed": ("test_deepspeed", "test_sharded_init", "test_sharding_memory", "test_merge_weights"),

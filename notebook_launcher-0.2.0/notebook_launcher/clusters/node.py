@@ -1,0 +1,171 @@
+"""What runs on each node of a cluster launch: that node's ranks, started by the ordinary local
+launcher — the same worker code, env contract, output capture and failure handling as
+`notebook_launch` — with every launch event handed to a callback that carries it to the notebook.
+
+Shared by the engines: a Ray node agent runs it in a clean subprocess (node_main.py), a SLURM task
+runs it in the task's own process (slurm_task.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+
+from ..config import LaunchConfig
+from ..launch import planning
+from ..launch.events import OutputLine
+from ..launch.planning import LaunchPlan
+from ..launch.result import LaunchStopped, LaunchTimeout, RankFailure, WorkerError
+from ..launch.supervise.supervisor import Supervisor
+
+
+@dataclass
+class NodeJob:
+    """Everything one node needs to start its ranks; picklable, sent by the notebook."""
+
+    payload: bytes  # cloudpickled (fn, args, kwargs)
+    config: dict[str, Any]  # LaunchConfig.to_dict()
+    nproc: int  # ranks on this node
+    node_rank: int
+    num_nodes: int
+    master_addr: str  # node 0's address (node 0: its own, given by the engine)
+    master_port: int  # 0 on node 0 = a free port, hosted by node 0
+    timeout: float | None = None
+
+
+@dataclass
+class NodeOutcome:
+    """What one node sends back when its ranks are done (or stopped, or failed)."""
+
+    node_rank: int
+    status: str  # "done", "failed", "timeout", "stopped"
+    hostname: str = ""
+    values: dict[int, bytes] = field(default_factory=dict)  # cloudpickled return values by rank
+    logs: dict[int, str] = field(default_factory=dict)
+    failures: list[RankFailure] = field(default_factory=list)  # .time in wall-clock seconds
+    timeout_ranks: list[int] = field(default_factory=list)
+    stacks: dict[int, str] = field(default_factory=dict)
+
+
+Emit = Callable[[Any], None]
+
+
+class NodeRun:
+    """Plan this node's ranks (node 0 hosts the rendezvous store), then run them to the end."""
+
+    def __init__(self, job: NodeJob, emit: Emit, say: Callable[[str], None]) -> None:
+        self.job = job
+        self.emit = emit
+        self.stop_requested = threading.Event()
+        self.supervisor: Supervisor | None = None
+        self.plan = self._plan(job, say)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The rendezvous every node of this launch uses (known once node 0 is planned)."""
+        cfg = self.plan.config
+        return str(cfg.main_process_ip), int(cfg.main_process_port)
+
+    def _plan(self, job: NodeJob, say: Callable[[str], None]) -> LaunchPlan:
+        multi = job.num_nodes > 1
+        cfg = LaunchConfig.from_dict(job.config).replace(
+            num_machines=job.num_nodes,
+            machine_rank=job.node_rank,
+            num_processes=job.nproc * job.num_nodes,
+            main_process_ip=job.master_addr if multi else "127.0.0.1",
+            main_process_port=job.master_port if multi else 0,  # one node: any free port
+        )
+        addr, port, store = planning.rendezvous(cfg, job.num_nodes)
+        cfg = cfg.replace(main_process_ip=addr, main_process_port=port)
+        network_env, reach_main = planning.machine_network(cfg, say) if multi else ({}, None)
+        method = "fork" if threading.active_count() == 1 else "spawn"
+        fn_args = cloudpickle.loads(job.payload) if method == "fork" else None
+        if method == "fork":
+            _warm_up(cfg)
+        specs = planning.make_specs(
+            cfg, job.nproc, (addr, port), job.payload if method == "spawn" else None, network_env
+        )
+        import torch.multiprocessing as mp
+
+        plan = LaunchPlan(
+            context=mp.get_context(method),
+            start_method=method,
+            specs=specs,
+            target=fn_args,
+            world_size=job.nproc * job.num_nodes,
+            config=cfg,
+            timeout=job.timeout,
+            store=store,
+        )
+        if reach_main is not None and job.node_rank != 0:
+            plan.preflight = reach_main
+        return plan
+
+    def stop(self) -> None:
+        """Stop this node's ranks (the notebook's Stop, or another node failed)."""
+        self.stop_requested.set()
+
+    def request_preemption(self, signum: int) -> None:
+        """Ask every running rank of this node to stop after its current step (runtime/world/preemption.py)."""
+        from ..launch.supervise.processes import signal_process
+
+        for worker in self.supervisor.workers if self.supervisor else ():
+            if worker.alive and worker.started:
+                signal_process(worker, signum)
+
+    def run(self, observers: list[Emit] | None = None) -> NodeOutcome:
+        supervisor = Supervisor(
+            self.plan, [self._forward, *(observers or [])], should_stop=self.stop_requested.is_set
+        )
+        self.supervisor = supervisor
+        outcome = NodeOutcome(self.job.node_rank, "done", hostname=socket.gethostname())
+        try:
+            supervisor.run()
+        except WorkerError:
+            outcome.status = "failed"
+        except LaunchTimeout as exc:
+            outcome.status = "timeout"
+            outcome.timeout_ranks, outcome.stacks = list(exc.running_ranks), dict(exc.stacks)
+        except LaunchStopped:
+            outcome.status = "stopped"
+        outcome.values = {rank: cloudpickle.dumps(value) for rank, value in supervisor.record.values.items()}
+        outcome.logs = supervisor.logs
+        outcome.failures = [_portable(failure) for failure in supervisor.record.failures]
+        if outcome.failures and outcome.status == "done":
+            outcome.status = "failed"
+        return outcome
+
+    def _forward(self, event: Any) -> None:
+        if isinstance(event, OutputLine) or type(event).__name__ in (
+            "MetricLogged",
+            "ProgressUpdate",
+            "WorkerDisplay",
+            "BarUpdate",
+        ):
+            self.emit(event)
+
+
+def _portable(failure: RankFailure) -> RankFailure:
+    """A failure that travels: wall-clock time (monotonic clocks differ between machines), the
+    exception kept only when it pickles."""
+    wall = time.time() - (time.monotonic() - failure.time)
+    exception = failure.exception
+    try:
+        cloudpickle.dumps(exception)
+    except Exception:
+        exception = None
+    return dataclasses.replace(failure, time=wall, exception=exception)
+
+
+def _warm_up(config: LaunchConfig) -> None:
+    """What every forked worker would import on its own, imported once on the node."""
+    from ..launch.warm.warmup import warm_up
+
+    warm_up(config)

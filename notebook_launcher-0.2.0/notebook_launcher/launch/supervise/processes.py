@@ -1,0 +1,166 @@
+"""The workers as operating-system processes: start one, signal it with everything it started, and
+reap it within a bound.
+
+Each worker leads its own process group (worker.py), so a signal to the group also reaches its
+DataLoader workers and any subprocess the user's function started; none of them outlives a launch.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import warnings
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ..worker.entry import WorkerSpec, run_worker
+
+MAX_LOG_LINES = 200_000
+REAP_SECONDS = 5.0  # after SIGKILL; only a process stuck in the kernel (state D) takes longer
+
+
+@dataclass
+class Worker:
+    """One rank's process, its three pipes, and what the launcher has read from it so far."""
+
+    rank: int
+    process: Any
+    out: Connection
+    err: Connection
+    msg: Connection
+    partial: dict[str, bytes] = field(default_factory=lambda: {"stdout": b"", "stderr": b""})
+    lines: collections.deque = field(default_factory=lambda: collections.deque(maxlen=MAX_LOG_LINES))
+    last_stderr: float = 0.0  # time.monotonic() of the last stderr read (where stack dumps go)
+    exited: bool = False
+    started: bool = False  # reached our worker code (a spawned child can die while bootstrapping)
+    reported: bool = False  # sent a result or an error
+    closed: bool = False  # process reaped (or given up on) and pipes closed
+
+    @property
+    def launched(self) -> bool:
+        return self.process._popen is not None
+
+    @property
+    def alive(self) -> bool:
+        return not self.exited and self.launched and self.process.is_alive()
+
+
+def start_worker(ctx: Any, spec: WorkerSpec, target: Any, into: list[Worker]) -> Worker:
+    """Start one worker with pipes for stdout, stderr and messages; the parent keeps the read ends.
+
+    The worker joins `into` before its process starts, so whatever interrupts this (Ctrl-C) leaves
+    nothing that the supervisor's shutdown does not know about; the parent's write ends are closed
+    in every case.
+    """
+    ends: list[Connection] = []
+    try:
+        for _ in range(3):
+            ends.extend(ctx.Pipe(duplex=False))
+        out_r, out_w, err_r, err_w, msg_r, msg_w = ends
+        process = ctx.Process(
+            target=run_worker,
+            args=(spec, target, out_w, err_w, msg_w),
+            name=f"notebook_launcher-rank{spec.rank}",
+            daemon=False,
+        )
+        worker = Worker(spec.rank, process, out_r, err_r, msg_r)
+        into.append(worker)
+        ends = [out_w, err_w, msg_w]  # the read ends now belong to the worker
+        process.start()
+    finally:
+        for end in ends:
+            end.close()
+    return worker
+
+
+def signal_group(worker: Worker, signum: int) -> None:
+    """Send a signal to the worker and everything in its process group.
+
+    A worker that has not yet made its group (it does so first thing) has started nothing either,
+    so the signal to its own pid is enough then. After the worker exited its group can live on
+    (its DataLoader workers, a subprocess): the pid is not reused while the group exists.
+    """
+    pid = worker.process.pid if worker.launched else None
+    if pid is None:
+        return
+    try:
+        os.killpg(pid, signum)
+    except (ProcessLookupError, PermissionError, OSError):
+        pass
+    if not worker.exited:
+        signal_process(worker, signum)
+
+
+# How the launcher ends a worker it stops. Not SIGTERM, which asks a worker for a graceful stop
+# (runtime/world/preemption.py) that a stopped or failed launch must not wait for; not SIGKILL, so that a
+# rank the OOM killer ended a moment before the stop is still told apart (and named as the cause).
+STOP_SIGNAL = signal.SIGHUP
+STOP_SIGNALS = (STOP_SIGNAL, signal.SIGTERM)  # a stopped worker's death by these is the launcher's doing
+
+
+def stop_group(worker: Worker) -> None:
+    """End a worker the launcher stops (STOP_SIGNAL), and SIGTERM what it started (DataLoader
+    workers, subprocesses), which may clean up."""
+    signal_process(worker, STOP_SIGNAL)
+    signal_group(worker, signal.SIGTERM)
+
+
+def signal_process(worker: Worker, signum: int) -> None:
+    """Send a signal to the worker process alone (the stack-dump request)."""
+    try:
+        if worker.launched and worker.process.pid is not None:
+            os.kill(worker.process.pid, signum)
+    except (ProcessLookupError, OSError, ValueError):
+        pass
+
+
+def _reaped(process: Any, bound: float) -> bool:
+    """Wait up to `bound` seconds for the process to end; whether it has.
+
+    A Ctrl-C that lands between multiprocessing's waitpid() and its recording of the exit status
+    leaves a child that is gone but "alive" to multiprocessing forever (waitpid then fails with
+    ECHILD, which it reads as "not started yet"); ask the kernel instead, and record it.
+    """
+    process.join(bound)
+    if process.exitcode is not None:
+        return True
+    try:
+        pid, status = os.waitpid(process.pid, os.WNOHANG)
+    except ChildProcessError:  # reaped already, its status lost with the interrupted call
+        process._popen.returncode = -signal.SIGKILL
+        return True
+    if pid == 0:
+        return False  # really still there
+    process._popen.returncode = os.waitstatus_to_exitcode(status)
+    return True
+
+
+def kill_and_reap(worker: Worker, bound: float = REAP_SECONDS) -> None:
+    """SIGKILL the worker's group, wait at most `bound` seconds for it, and close its pipes.
+
+    Idempotent, so a second Ctrl-C in the middle can simply run it again. A process that survives
+    SIGKILL for `bound` seconds is stuck in the kernel (uninterruptible I/O, a hung driver); it is
+    named in a warning and left, rather than hanging the notebook with it.
+    """
+    if worker.closed:
+        return
+    stuck = False
+    if worker.launched:
+        signal_group(worker, signal.SIGKILL)
+        stuck = not _reaped(worker.process, bound)
+        if not stuck:
+            worker.process.close()
+    worker.exited = True
+    for conn in (worker.out, worker.err, worker.msg):
+        conn.close()
+    worker.closed = True
+    if stuck:  # last: a warning turned into an error must not leave anything open
+        warnings.warn(
+            f"rank {worker.rank} (pid {worker.process.pid}) did not exit within {bound:g}s of SIGKILL; it is "
+            "stuck in the kernel (uninterruptible I/O or a hung driver) and is left behind. `ps -o stat "
+            f"-p {worker.process.pid}` shows state D; it goes away once that I/O completes.",
+            RuntimeWarning,
+            stacklevel=2,
+        )

@@ -1,0 +1,189 @@
+"""The Accelerator's model-saving and checkpoint methods (Accelerate's names), kept apart so
+accelerator.py stays about preparing and training. Everything here delegates to the strategy
+(which knows how its models are wrapped or sharded) and to checkpoint.py.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from ...errors import AcceleratorError
+from .. import memory_phases, telemetry
+from ..checkpointing import checkpoint, model_files, naming
+from ..checkpointing.safe_files import save_safetensors
+from ..precision.mixed import Precision
+from ..world.state import reset_state, teardown_on_end
+
+
+class SavingAPI:
+    """Mixin: needs self.strategy, self.precision, self._models/_optimizers/..., the state hooks,
+    self.project_configuration and ProcessAPI."""
+
+    save_iteration: int  # the next automatic checkpoint's number
+
+    def unwrap_model(self, model: nn.Module, keep_fp32_wrapper: bool = True) -> nn.Module:
+        inner = self.strategy.unwrap_model(model)
+        if not keep_fp32_wrapper:
+            Precision.unwrap_forward(inner)
+        return inner
+
+    def get_state_dict(self, model: nn.Module, unwrap: bool = True) -> dict[str, torch.Tensor]:
+        """The model's full state dict (gathered when sharded); unwrap=False keeps the wrapper's
+        key prefixes (DDP's `module.`) for a model that is not sharded."""
+        if not unwrap and self.strategy.uses_default_checkpoint_files:
+            return model.state_dict()
+        return self.strategy.model_state_dict(model)
+
+    def save(self, obj: Any, f: str | os.PathLike[str], safe_serialization: bool = False) -> None:
+        """torch.save (or safetensors) on the main process only (atomic: write then rename)."""
+        if self.is_main_process:
+            path = Path(f)
+            tmp = path.with_name(f".{path.name}.tmp")
+            if safe_serialization:
+                save_safetensors(obj, tmp)
+            else:
+                torch.save(obj, tmp)
+            os.replace(tmp, path)
+
+    def save_model(
+        self,
+        model: nn.Module,
+        save_directory: str | os.PathLike[str],
+        max_shard_size: int | str = "10GB",
+        safe_serialization: bool = True,
+    ) -> Path:
+        """Save the full (unwrapped, gathered) weights in HuggingFace's layout: `model.safetensors`, or
+        `pytorch_model.bin` with safe_serialization=False; shards plus an index json above
+        max_shard_size. Returns the weights file (the index when sharded); Accelerate returns None."""
+        folder = Path(save_directory)
+        if folder.is_file():
+            raise AcceleratorError(f"save_model needs a directory; {str(folder)!r} is a file.")
+        state = self.get_state_dict(model)
+        written: list[Path] = []
+        if self.is_main_process:
+            written = model_files.write_model_files(
+                state, folder, max_shard_size=max_shard_size, safe_serialization=safe_serialization
+            )
+        self.wait_for_everyone()
+        default = folder / (model_files.SAFE_WEIGHTS_NAME if safe_serialization else model_files.WEIGHTS_NAME)
+        return written[-1] if written else default
+
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        """Include objects with state_dict()/load_state_dict() in save_state and load_state."""
+        for obj in objects:
+            if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
+                raise AcceleratorError(
+                    f"{type(obj).__name__} cannot be checkpointed: it needs state_dict() and load_state_dict()."
+                )
+        self._custom_objects.extend(objects)
+
+    def register_save_state_pre_hook(self, hook: Callable[..., None]) -> RemovableHandle:
+        """hook(models, weights, output_dir) runs in save_state before the files are written; it may save
+        more files into output_dir (the folder being written) or remove entries from weights (the state
+        dicts about to be saved) to save those models its own way. Returns a handle with .remove()."""
+        handle = RemovableHandle(self._save_model_state_pre_hook)
+        self._save_model_state_pre_hook[handle.id] = hook
+        return handle
+
+    def register_load_state_pre_hook(self, hook: Callable[..., None]) -> RemovableHandle:
+        """hook(models, input_dir) runs in load_state before the weights are loaded; removing a model from
+        the list skips loading it (the hook loaded it). Returns a handle with .remove()."""
+        handle = RemovableHandle(self._load_model_state_pre_hook)
+        self._load_model_state_pre_hook[handle.id] = hook
+        return handle
+
+    def save_state(
+        self, output_dir: str | os.PathLike[str] | None = None, safe_serialization: bool = True, **_: Any
+    ) -> Path:
+        """Save models, optimizers, schedulers, scaler, RNG, loader positions and registered objects.
+
+        With ProjectConfiguration(automatic_checkpoint_naming=True) (or no output_dir and a project_dir)
+        the folder is `{project_dir}/checkpoints/checkpoint_{save_iteration}` and at most total_limit
+        checkpoints are kept, the oldest deleted once the new one is complete.
+        """
+        project = self.project_configuration
+        automatic = project.automatic_checkpoint_naming or output_dir is None
+        if automatic:
+            output_dir = naming.new_checkpoint_dir(self.project_dir, self.save_iteration)
+        self.wait_for_everyone()
+        path = checkpoint.save_state(
+            self._training_objects(),
+            self._ranks(),
+            output_dir,
+            safe_serialization=safe_serialization,
+            staging=Path(self.project_dir) if automatic else None,
+        )
+        if automatic and self.is_main_process:
+            naming.rotate(path.parent, project.total_limit, keep=path)
+        self.wait_for_everyone()
+        project.iteration += 1
+        if self.is_main_process:
+            telemetry.emit("checkpoint", path=str(path))  # the launcher names it on a restart or preemption
+        memory_phases.phase_ended()  # the state dicts and file buffers are garbage now
+        return path
+
+    def load_state(self, input_dir: str | os.PathLike[str] | None = None, **_: Any) -> None:
+        """Restore a save_state folder; without one, the newest automatic checkpoint (and save_iteration
+        moves past it, so the next save_state does not collide with it)."""
+        if input_dir is None:
+            input_dir = naming.latest_checkpoint(self.project_dir)
+            number = naming.checkpoint_number(input_dir) or 0
+            self.save_iteration = max(self.save_iteration, number + 1)
+        overrides = checkpoint.load_state(self._training_objects(), self._ranks(), input_dir)
+        self.step = overrides.get("step", self.step)
+        self._continue_tracker_runs(input_dir)
+        memory_phases.phase_ended()
+
+    def _training_objects(self) -> checkpoint.TrainingObjects:
+        held = ("models", "optimizers", "schedulers", "dataloaders", "custom_objects")
+        return checkpoint.TrainingObjects(
+            strategy=self.strategy,
+            **{kind: getattr(self, f"_{kind}") for kind in held},
+            scaler=self.precision.scaler,
+            step=self.step,
+            save_hooks=list(self._save_model_state_pre_hook.values()),
+            load_hooks=list(self._load_model_state_pre_hook.values()),
+            tracker_runs=self._tracker_runs(),
+        )
+
+    def _ranks(self) -> checkpoint.Ranks:
+        return checkpoint.Ranks(self.process_index, self.is_main_process, self.wait_for_everyone)
+
+    def free_memory(self, *objects: Any) -> list[None]:
+        """Drop references to prepared objects and release cached memory."""
+        for bucket in (
+            self._models,
+            self._optimizers,
+            self._schedulers,
+            self._dataloaders,
+            self._custom_objects,
+        ):
+            bucket.clear()
+        self._prepared_ids.clear()
+        self.step = 0
+        gc.collect()
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+        memory_phases.phase_ended()
+        return [None] * len(objects)
+
+    clear = free_memory
+
+    def end_training(self) -> None:
+        """Wait for every process, then tear down the process group (as Accelerate does) and forget
+        this run's state, so a new Accelerator starts fresh.
+
+        Inside notebook_launch's workers the group is kept until the worker exits: destroying a gloo
+        group while a DDP model still referenced it made the model's destructor hang when the
+        training function returned (seen intermittently), and the worker exits without teardown.
+        """
+        self.wait_for_everyone()
+        reset_state(destroy_process_group=teardown_on_end())

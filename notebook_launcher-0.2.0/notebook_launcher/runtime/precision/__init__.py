@@ -1,0 +1,1 @@
+"""Mixed precision: autocast, grad scaler, fp32 outputs (mixed.py) and fp8 through torchao."""

@@ -1,0 +1,98 @@
+"""The panel's mesh control (ParallelismConfig sizes, their product checked against the process
+count before launch) and the mesh grid the panel and the RunView draw: which ranks hold which piece
+of a split layer, which share data."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import ipywidgets as widgets
+
+from ...config import LaunchConfig
+from ...config.parallelism import from_section, mesh_coordinates
+from ...errors import ConfigError
+from .fields import Field
+
+_PREFIX = "parallelism_config.parallelism_config_"
+_SIZES = (
+    ("dp_replicate_size", "data replicas"),
+    ("dp_shard_size", "FSDP2 shards"),
+    ("tp_size", "tensor parallel"),
+)
+_SHARD_COLOURS = ("#dbeafe", "#dcfce7", "#fef9c3", "#fce7f3", "#ede9fe", "#ffedd5", "#e0f2fe", "#f1f5f9")
+
+
+class MeshSection:
+    """dp_replicate x dp_shard x tp; all 1 means no mesh (the strategy buttons decide)."""
+
+    def __init__(self) -> None:
+        self.sizes = {
+            name: Field(_PREFIX + name, label, widgets.IntText(1, layout=widgets.Layout(width="120px")))
+            for name, label in _SIZES
+        }
+        self.fields = list(self.sizes.values())
+        self.grid = widgets.HTML("")
+        self.box = widgets.VBox(
+            [widgets.HTML("<b>Mesh</b> (ParallelismConfig: replicas × shards × tensor parallel)")]
+            + [f.box for f in self.fields]
+            + [self.grid]
+        )
+        self.box.add_class("nl-mesh-section")
+
+    def load(self, config: LaunchConfig) -> None:
+        section = config.parallelism_config or {}
+        for name, field in self.sizes.items():
+            field.widget.value = int(section.get(f"parallelism_config_{name}", 1))
+
+    def read(self, processes: int) -> dict[str, Any]:
+        """{"parallelism_config": section}; a ConfigError on the tp field when the product is not the
+        number of processes (shown next to it before anything launches)."""
+        values = {name: field.widget.value for name, field in self.sizes.items()}
+        for name, value in values.items():
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{_PREFIX}{name}={value!r} must be a whole number >= 1.")
+        if all(v == 1 for v in values.values()):
+            self.grid.value = ""
+            return {"parallelism_config": {}}
+        product = values["dp_replicate_size"] * values["dp_shard_size"] * values["tp_size"]
+        if product != processes:
+            self.grid.value = ""
+            raise ConfigError(
+                f"{_PREFIX}tp_size={values['tp_size']}: replicas {values['dp_replicate_size']} × shards "
+                f"{values['dp_shard_size']} × tensor parallel {values['tp_size']} = {product}, but processes = "
+                f"{processes}. Make the product equal the number of processes."
+            )
+        section = {f"parallelism_config_{name}": value for name, value in values.items()}
+        self.grid.value = mesh_grid_html(section, processes)
+        return {"parallelism_config": section}
+
+
+def mesh_grid_html(section: dict[str, Any], world_size: int) -> str:
+    """A table of ranks: one row per data-parallel group (same batches along a row), one column per
+    tensor-parallel rank (the same piece of every split layer down a column), one colour per FSDP2
+    shard index. '' when the section asks for no mesh or does not fit the world size."""
+    if not section:
+        return ""
+    try:
+        config = from_section(section)
+        config.check_world_size(world_size)
+    except ConfigError:
+        return ""
+    rows: dict[tuple[int, int, int], list[dict[str, int]]] = {}
+    for coords in mesh_coordinates(config, world_size):
+        rows.setdefault((coords["dp_replicate"], coords["dp_shard"], coords["cp"]), []).append(coords)
+    head = "".join(f"<th>tp {t}</th>" for t in range(config.tp_size))
+    body = []
+    for (replica, shard, _cp), cells in rows.items():
+        colour = _SHARD_COLOURS[shard % len(_SHARD_COLOURS)]
+        tds = "".join(f'<td style="background:{colour};padding:2px 8px">rank {c["rank"]}</td>' for c in cells)
+        body.append(f"<tr><th>replica {replica} · shard {shard}</th>{tds}</tr>")
+    caption = (
+        "same row: one tensor-parallel group, same batches · same column: the same piece of each "
+        "split layer · colour: the FSDP2 shard it holds of the rest"
+    )
+    return (
+        f'<table class="nl-mesh-grid"><tr><th></th>{head}</tr>{"".join(body)}</table>'
+        f"<small>{html.escape(caption)}</small>"
+    )

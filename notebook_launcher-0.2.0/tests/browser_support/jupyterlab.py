@@ -1,0 +1,145 @@
+"""Driving JupyterLab 4 and Notebook 7 in Debian's headless Chromium with Playwright.
+
+Waits use the status bar's kernel state and the app object (window.jupyterapp, exposed by the
+LabServer), never fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+CHROMIUM = "/usr/bin/chromium"  # Debian's package; Playwright is not allowed to download a browser
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"]
+NOTEBOOK = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+
+# JupyterLab: its status bar reads "Python 3 (ipykernel) | Idle". Notebook 7 has no status bar:
+# ask the notebook's session context (window.jupyterapp) instead.
+KERNEL_IDLE = r"""() => {
+  const bar = document.querySelector('#jp-main-statusbar');
+  if (bar) return /\|\s*Idle\b/.test(bar.innerText) && !/No Kernel/.test(bar.innerText);
+  const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+  const context = panel && panel.sessionContext;
+  return !!context && !!context.session && context.kernelDisplayStatus === 'idle';
+}"""
+
+ERRORS = r"""() => {
+  const found = [];
+  window.jupyterapp.shell.currentWidget.content.widgets.forEach((cell, index) => {
+    if (cell.model.type !== 'code') return;
+    const outputs = cell.model.outputs;
+    for (let i = 0; i < outputs.length; i++) {
+      const out = outputs.get(i).toJSON();
+      if (out.output_type === 'error') found.push({cell: index, ename: out.ename, evalue: out.evalue});
+    }
+  });
+  return found;
+}"""
+
+# For each widget output: did it render as a widget, or fall back to its text repr?
+WIDGET_OUTPUTS = r"""() => {
+  const found = [];
+  window.jupyterapp.shell.currentWidget.content.widgets.forEach((cell, index) => {
+    if (cell.model.type !== 'code') return;
+    const outputs = cell.model.outputs;
+    for (let i = 0; i < outputs.length; i++) {
+      if (!(outputs.get(i).data || {})['application/vnd.jupyter.widget-view+json']) continue;
+      const node = cell.outputArea.widgets[i] ? cell.outputArea.widgets[i].node : null;
+      found.push({cell: index, rendered: !!(node && node.querySelector('.jupyter-widgets'))});
+    }
+  });
+  return found;
+}"""
+
+WIDGET_REPR = re.compile(r"^[A-Z]\w*\((children|description|value|options|layout|outputs)=")
+BAD_TEXTS = ("Loading widget...", "Error displaying widget", "Model not found", "Failed to load model class")
+
+
+def scratch_dir(prefix: str) -> Iterator[Path]:
+    """An own temp dir for a module's fixture (`yield from`): pytest's shared basetemp can be pruned
+    by another pytest run on the machine."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as path:
+        yield Path(path)
+
+
+def lab_root(scratch: Path, notebooks: dict[str, list[str]]) -> Path:
+    """scratch/lab-root holding each notebook of `notebooks` (name -> its cells' code) for the
+    python3 kernel, so JupyterLab opens it without asking for a kernel."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    root = scratch / "lab-root"
+    root.mkdir()
+    for name, cells in notebooks.items():
+        nb = new_notebook(cells=[new_code_cell(code) for code in cells])
+        nb.metadata["kernelspec"] = {
+            "name": "python3",
+            "display_name": "Python 3 (ipykernel)",
+            "language": "python",
+        }
+        nbformat.write(nb, root / name)
+    return root
+
+
+def launch_browser(playwright: Any, profile_dir: str, viewport: tuple[int, int] = (1400, 1000)) -> Any:
+    """A persistent Chromium context on a fresh profile."""
+    return playwright.chromium.launch_persistent_context(
+        profile_dir,
+        executable_path=CHROMIUM,
+        headless=True,
+        args=CHROMIUM_ARGS,
+        viewport={"width": viewport[0], "height": viewport[1]},
+    )
+
+
+def open_notebook(page: Any, lab: Any, notebook: str, timeout_ms: int = 90_000) -> None:
+    """Open a notebook (it needs metadata.kernelspec) and wait until its kernel is idle."""
+    page.goto(lab.notebook_url(notebook))
+    page.wait_for_selector(f"{NOTEBOOK} .jp-Cell", timeout=timeout_ms)
+    wait_kernel_idle(page, timeout_ms)
+
+
+def wait_kernel_idle(page: Any, timeout_ms: int = 90_000) -> None:
+    page.wait_for_function(KERNEL_IDLE, timeout=timeout_ms, polling=100)
+
+
+def run_all_cells(page: Any) -> bool:
+    """Run every cell; returns when the run is over: True, or False when a cell raised."""
+    return page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+
+
+def error_outputs(page: Any) -> list[dict]:
+    return page.evaluate(ERRORS)
+
+
+def widget_problems(page: Any) -> list[str]:
+    """Signs that a widget did not render (it then shows as its text repr, e.g. 'VBox(children=...')."""
+    body = page.inner_text("body")
+    problems = [text for text in BAD_TEXTS if text in body]
+    for text in page.locator(f"{NOTEBOOK} .jp-OutputArea-output").all_inner_texts():
+        if WIDGET_REPR.match(text.strip()):
+            problems.append("widget shown as text: " + text.strip()[:80])
+    problems += [f"not rendered: {w}" for w in page.evaluate(WIDGET_OUTPUTS) if not w["rendered"]]
+    return problems
+
+
+@contextlib.contextmanager
+def notebook_page(
+    playwright: Any, lab: Any, profile_dir: str, notebook: str, timeout_ms: int = 60_000
+) -> Any:
+    """A browser on `notebook` with every cell started; closed (and the kernel's session removed) after."""
+    browser = launch_browser(playwright, profile_dir)
+    try:
+        page = browser.new_page()
+        page.set_default_timeout(timeout_ms)
+        open_notebook(page, lab, notebook)
+        assert run_all_cells(page) is True, error_outputs(page)
+        yield page
+        page.close()
+    finally:
+        browser.close()
+        lab.delete_sessions()

@@ -1,0 +1,107 @@
+"""A real Jupyter kernel for tests: execute code, collect the cell's outputs, interrupt it."""
+
+from __future__ import annotations
+
+import queue
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jupyter_client.manager import KernelManager
+
+
+@dataclass
+class CellRun:
+    stdout: str = ""
+    stderr: str = ""
+    error: dict | None = None
+    results: list = field(default_factory=list)
+    status: str = ""
+    first_output_at: float | None = None
+
+    @property
+    def text(self) -> str:
+        return self.stdout + self.stderr
+
+
+class KernelSession:
+    def __init__(self, cwd: str | None = None) -> None:
+        self.km = KernelManager(kernel_name="python3")
+        self.km.start_kernel(cwd=cwd)
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=60)
+
+    @property
+    def pid(self) -> int:
+        return self.km.provisioner.process.pid
+
+    def run(
+        self, code: str, timeout: float = 120, interrupt_after_output: str | tuple[str, ...] | None = None
+    ) -> CellRun:
+        """Execute code; optionally interrupt the kernel once `interrupt_after_output` was printed
+        (every one of them, when several are given)."""
+        if isinstance(interrupt_after_output, str):
+            interrupt_after_output = (interrupt_after_output,)
+        msg_id = self.kc.execute(code)
+        run = CellRun()
+        deadline = time.monotonic() + timeout
+        interrupted = False
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"cell did not finish in {timeout}s; output so far:\n{run.text}")
+            try:
+                msg = self.kc.get_iopub_msg(timeout=min(remaining, 1.0))
+            except queue.Empty:
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream":
+                run.first_output_at = run.first_output_at or time.monotonic()
+                if content["name"] == "stdout":
+                    run.stdout += content["text"]
+                else:
+                    run.stderr += content["text"]
+            elif kind == "error":
+                run.error = content
+            elif kind in ("execute_result", "display_data"):
+                run.results.append(content["data"])
+            elif kind == "status" and content["execution_state"] == "idle":
+                break
+            if (
+                interrupt_after_output
+                and not interrupted
+                and all(text in run.text for text in interrupt_after_output)
+            ):
+                self.km.interrupt_kernel()
+                run.status = "interrupted"
+                interrupted = True
+        return run
+
+    def value(self, expr: str):
+        """Evaluate an expression in the kernel and return its repr as Python literal (via ast)."""
+        import ast
+
+        out = self.run(f"print(repr({expr}))")
+        if out.error:
+            raise RuntimeError(f"{out.error['ename']}: {out.error['evalue']}")
+        return ast.literal_eval(out.stdout.strip().splitlines()[-1])
+
+    def close(self) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)
+
+
+def execute_notebook(nb, workdir: Path, cell_timeout: float) -> float:
+    """Run every cell of `nb` in a fresh python3 kernel started in workdir (nbclient; raises on the
+    first error); the seconds it took."""
+    import nbclient
+
+    client = nbclient.NotebookClient(
+        nb, timeout=cell_timeout, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}
+    )
+    start = time.monotonic()
+    client.execute()
+    return time.monotonic() - start

@@ -1,0 +1,259 @@
+"""The rest of Accelerate's notebook contract (issue 28): its own test_notebook.py and
+test_ddp_comm_hook.py, unchanged, against our package; restarts after any failure; ChildFailedError;
+log_line_prefix_template; DDP communication hooks; LocalSGD; write_basic_config."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from test_cli_helpers import cli_env, explain, finish
+
+from notebook_launcher.errors import AcceleratorError, ConfigError
+
+RUNNER = str(Path(__file__).resolve().parent / "run_accelerate_script.py")
+
+
+def _run_script(tmp_path: Path, *args: str, timeout: float, **env: str) -> subprocess.CompletedProcess:
+    """The runner in its own session: on a timeout its whole group is killed and its output shown."""
+    pipes = dict(stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = cli_env(tmp_path, OMP_NUM_THREADS="1", **env)
+    proc = subprocess.Popen(
+        [sys.executable, RUNNER, *args], cwd=tmp_path, env=env, start_new_session=True, **pipes
+    )
+    return finish(proc, timeout=timeout)
+
+
+# Its test_fault_tolerant races by design: ranks test queue.empty() and then get() from a shared queue
+# and only the rank that takes the last 0 calls PartialState(). When an attempt lets a single rank
+# consume, a later attempt starts on [0]: that rank waits in the rendezvous for a peer that already
+# returned (we fail it at once, rendezvous_watch.py; torch elastic hangs) or that is blocked in get()
+# (a hang: seen in about 1 of 5 runs here, torch elastic's 0.1 s monitor delay before it stops the
+# peers makes this rarer there). Those endings, and only those, are run again, at most twice.
+RACE = "had already returned without joining it"
+
+
+def _raced(run) -> bool:
+    text = run if isinstance(run, str) else run.stdout + run.stderr
+    return "Test fault tolerant" in text and "Test monitoring" not in text
+
+
+@pytest.mark.slow
+def test_accelerates_test_notebook_passes(tmp_path):
+    """All 7 of its tests with 2 processes: c10d, max_restarts after RuntimeErrors, ChildFailedError."""
+    result = None
+    for _ in range(3):
+        try:
+            result = _run_script(tmp_path, "test_notebook.py", timeout=60, ACCELERATE_NUM_PROCESSES="2")
+        except AssertionError as hung:  # finish(): the run timed out, its output in the message
+            if not _raced(str(hung)):
+                raise
+            continue
+        if result.returncode == 0 or not (_raced(result) and RACE in result.stderr + result.stdout):
+            break
+    assert result is not None, "test_fault_tolerant hung in 3 runs (its queue race, see above)"
+    assert result.returncode == 0, explain(result)
+    for step in ("c10d rendezvous backend", "fault tolerant", "monitoring"):
+        assert f"Test {step}" in result.stdout, explain(result)
+
+
+def test_accelerates_ddp_comm_hook_passes_on_cpu():
+    """Every hook but bf16 (CUDA only), with the reference DDP given device_ids=None on CPU
+    (run_accelerate_script.cpu_adaptation); the ranks fork from here and alias `accelerate` there."""
+    from run_accelerate_script import run_main
+
+    from notebook_launcher import notebook_launch
+
+    result = notebook_launch(
+        run_main, args=("test_ddp_comm_hook.py", True), num_processes=2, use_cpu=True, quiet=True, timeout=240
+    )
+    for rank in (0, 1):
+        for case in (
+            "no, no",
+            "fp16, no",
+            "power_sgd, fp16",
+            "batched_power_sgd, fp16",
+            "power_sgd, no, {'matrix_approximation_rank': 2}",
+        ):
+            assert f"Passed: {case}" in result.logs[rank], result.logs[rank]
+        assert result.logs[rank].count("Skipped on CPU") == 3, result.logs[rank]
+
+
+# ------------------------------------------------------------------------------ launcher arguments
+def _fails_first_attempt():
+    if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+        raise ValueError("flaky data source")
+    return int(os.environ["RANK"])
+
+
+def test_max_restarts_restarts_after_any_failure_and_counts():
+    from notebook_launcher import WorkerError, notebook_launch, notebook_launcher
+
+    result = notebook_launcher(_fails_first_attempt, num_processes=2, max_restarts=2)
+    assert list(result) == [0, 1] and result.restarts == 1
+    with pytest.raises(WorkerError, match="restart_on='infrastructure'"):  # notebook_launch keeps its default
+        notebook_launch(_fails_first_attempt, num_processes=1, max_restarts=2, quiet=True)
+
+
+def test_a_failure_is_torch_elastics_child_failed_error():
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    from notebook_launcher import WorkerError
+    from notebook_launcher.launch.result import RankFailure
+
+    failure = RankFailure(rank=1, exitcode=1, exc_type="RuntimeError", message="bad batch", traceback="Tb\n")
+    error = WorkerError(failure, [RankFailure(rank=0, exitcode=-15)], {1: "log"}, {})
+    assert isinstance(error, ChildFailedError) and isinstance(error, WorkerError)
+    assert "rank 1 raised RuntimeError: bad batch" in str(error) and error.rank == 1
+    assert error.get_first_failure()[0] == 1 and "Tb" in error.format_msg()
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is type(error) and str(copy) == str(error) and copy.logs == {1: "log"}
+    first = re.sub(r"\x1b\[[0-9;]*m", "", error._render_traceback_()[0])  # coloured in a terminal only
+    assert first.endswith("WorkerError: rank 1 raised RuntimeError: bad batch")
+
+
+def test_the_public_face_stays_torch_free():
+    code = "import sys, notebook_launcher, notebook_launcher.local_sgd; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_log_line_prefix_template_fills_torchruns_fields(capsys):
+    from notebook_launcher.launch.cell.output import CellPrinter
+    from notebook_launcher.launch.events import OutputLine, RunStarted
+
+    printer = CellPrinter(template="[{role_name}{rank}|{local_rank}]: ")
+    printer(RunStarted(4, (2, 3), "fork", None))
+    printer(OutputLine(3, "stdout", "hello"))
+    assert capsys.readouterr().out == "[default3|1]: hello\n"
+    with pytest.raises(ConfigError, match=r"\{node\}.*torchrun's fields"):
+        CellPrinter(template="{node}")
+
+
+# ------------------------------------------------------------------------------------- DDP hooks
+def test_a_bf16_hook_on_cpu_is_refused_with_the_reason():
+    from notebook_launcher import DDPCommunicationHookType
+    from notebook_launcher.runtime.strategies.comm_hooks import register_comm_hook
+
+    for options in (
+        {"comm_hook": DDPCommunicationHookType.BF16},
+        {"comm_hook": "power_sgd", "comm_wrapper": "bf16"},
+    ):
+        with pytest.raises(AcceleratorError, match="BF16 cannot run on cpu.*NCCL"):
+            register_comm_hook(torch.nn.Linear(1, 1), options, torch.device("cpu"))
+    with pytest.raises(AcceleratorError, match="comm_wrapper='power_sgd'"):
+        register_comm_hook(
+            torch.nn.Linear(1, 1), {"comm_hook": "fp16", "comm_wrapper": "power_sgd"}, torch.device("cpu")
+        )
+
+
+# --------------------------------------------------------------------------------------- LocalSGD
+STEPS, EVERY, LR = 5, 2, 0.1
+
+
+def _batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(100 * rank + step)
+    return torch.randn(4, 3, generator=gen, dtype=torch.float64), torch.randn(
+        4, 1, generator=gen, dtype=torch.float64
+    )
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Linear(3, 1).double()
+
+
+def _sgd_step(model: torch.nn.Module, rank: int, step: int) -> None:
+    x, y = _batch(rank, step)
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= LR * p.grad
+            p.grad = None
+
+
+def _local_sgd_train():
+    from notebook_launcher import Accelerator
+    from notebook_launcher.local_sgd import LocalSGD
+
+    accelerator = Accelerator()
+    model = accelerator.prepare(_model())
+    seen = []
+    with LocalSGD(accelerator, model, local_sgd_steps=EVERY) as local_sgd:
+        for step in range(STEPS):
+            _sgd_step(model, accelerator.process_index, step)
+            local_sgd.step()
+            seen.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    seen.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    return seen
+
+
+def test_local_sgd_averages_every_k_steps_and_on_exit():
+    from notebook_launcher import notebook_launch
+
+    result = notebook_launch(_local_sgd_train, num_processes=2, quiet=True, timeout=120)
+    models = [_model(), _model()]
+    for step in range(STEPS):
+        for rank, model in enumerate(models):
+            _sgd_step(model, rank, step)  # each rank on its own data, no gradient all-reduce
+        if (step + 1) % EVERY == 0 or step == STEPS - 1:  # averaged at steps 2 and 4, and on exit
+            with torch.no_grad():
+                for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True):
+                    a.copy_((a + b) / 2)
+                    b.copy_(a)
+        for rank, model in enumerate(models):
+            expected = torch.cat([p.detach().flatten() for p in model.parameters()])
+            index = step if step < STEPS - 1 else STEPS  # the last step's averaging happens on exit
+            torch.testing.assert_close(result[rank][index], expected, rtol=0, atol=1e-12)
+    assert not torch.equal(result[0][0], result[1][0])  # not averaged in between
+
+
+def test_local_sgd_refuses_sharded_models():
+    from types import SimpleNamespace
+
+    from notebook_launcher.runtime.local_sgd import LocalSGD
+
+    with pytest.raises(AcceleratorError, match="distributed_type is FSDP.*shards"):
+        LocalSGD(SimpleNamespace(distributed_type="FSDP"), torch.nn.Linear(1, 1), 2)
+
+
+# ----------------------------------------------------------------------------- write_basic_config
+def test_write_basic_config_writes_this_machines_config_once(tmp_path, monkeypatch):
+    from notebook_launcher.config import load_config
+    from notebook_launcher.utils import write_basic_config
+
+    path = tmp_path / "cfg" / "default_config.yaml"
+    assert write_basic_config(mixed_precision="bf16", save_location=str(path)) == path
+    config = load_config(path)
+    gpus = torch.cuda.device_count()
+    assert (config.num_processes, config.use_cpu, config.mixed_precision) == (max(gpus, 1), gpus == 0, "bf16")
+    assert config.distributed_type == ("MULTI_GPU" if gpus > 1 else "NO")
+    before = path.read_text()
+    assert write_basic_config(save_location=path) is False and path.read_text() == before
+    from notebook_launcher import ConfigPanel
+    from notebook_launcher.cli.resolve import read_config_file
+
+    assert read_config_file(str(path))[0].mixed_precision == "bf16"  # what `launch --config_file` reads
+    monkeypatch.setenv("NOTEBOOK_LAUNCHER_CONFIG_FILE", str(path))
+    assert ConfigPanel().config.mixed_precision == "bf16"  # the panel opens on the default file
+
+
+def _one_rank_skips_the_group():
+    if os.environ["RANK"] == "1":
+        return "skipped"
+    from notebook_launcher import PartialState
+
+    return str(PartialState())
+
+
+def test_a_rank_left_in_the_rendezvous_by_a_returned_peer_fails_instead_of_hanging():
+    from notebook_launcher import WorkerError, notebook_launch
+
+    with pytest.raises(WorkerError, match="rank 1 had already returned without joining it"):
+        notebook_launch(_one_rank_skips_the_group, num_processes=2, quiet=True, timeout=60)

@@ -1,0 +1,354 @@
+"""The house rules, read from the source with `ast` (fast, nothing imported): which room may import
+which, and how large a module may grow. See docs/architecture.md for the why."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "notebook_launcher"
+MAX_LINES = 400
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _dotted(path: Path) -> str:
+    parts = ["notebook_launcher", *path.relative_to(PACKAGE).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_statements(path: Path) -> Iterator[tuple[str, list[str], bool]]:
+    """(absolute module name, names taken from it, at module level) for every import statement;
+    `import a.b` gives ("a.b", [], ...), relative imports are resolved against the file's package."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = _dotted(path) if path.name == "__init__.py" else _dotted(path).rpartition(".")[0]
+    top_level = {id(node) for node in tree.body}
+    for node in ast.walk(tree):
+        at_top = id(node) in top_level
+        if isinstance(node, ast.Import):
+            yield from ((alias.name, [], at_top) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            yield name, [alias.name for alias in node.names], at_top
+
+
+def _imports(path: Path) -> list[tuple[str, bool]]:
+    """(absolute module name, imported at module level) for every import in the file."""
+    found = []
+    for name, names, at_top in _import_statements(path):
+        found.append((name, at_top))
+        found += [(f"{name}.{taken}", at_top) for taken in names]
+    return found
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "notebook_launcher" else ""
+
+
+def _rooms(*names: str) -> tuple[str, ...]:
+    return tuple(f"notebook_launcher.{name}" for name in names)
+
+
+def _violations(room: str, forbidden: tuple[str, ...], module_level_only: bool = False) -> list[str]:
+    bad = []
+    for path in _modules():
+        if _room(_dotted(path)) != room:
+            continue
+        for name, at_top in _imports(path):
+            if module_level_only and not at_top:
+                continue
+            if any(name == f or name.startswith(f + ".") for f in forbidden):
+                bad.append(f"{path.relative_to(PACKAGE.parent)} imports {name}")
+    return sorted(set(bad))
+
+
+def test_the_runtime_never_needs_a_notebook_or_a_launcher():
+    """Workers (and plain scripts under torchrun) must run without widgets, IPython or launch code."""
+    forbidden = (*_rooms("widgets", "launch", "cli", "interactive", "clusters"), "IPython", "ipywidgets")
+    assert _violations("runtime", forbidden) == []
+
+
+def test_config_does_not_import_torch_at_module_level():
+    """A LaunchConfig is built, saved and shipped before anything may touch a GPU."""
+    assert _violations("config", ("torch",), module_level_only=True) == []
+
+
+def test_the_cli_is_its_own_program():
+    """The CLI reaches workers through the env contract only: no widgets, launcher or runtime."""
+    assert _violations("cli", (*_rooms("widgets", "launch", "runtime"), "IPython")) == []
+
+
+def test_only_the_public_face_and_interactive_import_widgets():
+    """The launcher never imports the widgets, not even inside a function: view=True asks
+    view_factory.py for the view the public face registered (the arrow is widgets -> launch)."""
+    allowed = {"widgets", "interactive", ""}
+    bad = []
+    for path in _modules():
+        room = _room(_dotted(path))
+        if room in allowed or path == PACKAGE / "__init__.py":
+            continue
+        for name, _ in _imports(path):
+            if name.startswith("notebook_launcher.widgets"):
+                bad.append(f"{path.relative_to(PACKAGE.parent)} imports {name}")
+    assert bad == []
+
+
+def test_interactive_needs_ipython_only_for_its_magics():
+    """The rank side of %%ranks runs in worker processes: no IPython there, no runtime at import."""
+    bad = [
+        v
+        for v in _violations("interactive", ("IPython",))
+        if not v.startswith("notebook_launcher/interactive/magic.py ")
+    ]
+    bad += _violations(
+        "interactive", ("notebook_launcher.runtime", "notebook_launcher.widgets"), module_level_only=True
+    )
+    assert bad == []
+
+
+def test_the_launcher_reaches_widgets_only_through_the_view_factory():
+    """No import of the widgets (or ipywidgets) anywhere in launch/, function level included."""
+    assert _violations("launch", ("notebook_launcher.widgets", "ipywidgets")) == []
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_modules_stay_small(path):
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_LINES, (
+        f"{path.relative_to(PACKAGE.parent)} has {lines} lines (limit {MAX_LINES}): split it"
+    )
+
+
+def test_every_package_says_what_lives_there():
+    for init in PACKAGE.rglob("__init__.py"):
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc, (
+            f"{init.relative_to(PACKAGE.parent)} needs a docstring: what lives here, who may import it"
+        )
+
+
+def test_the_checker_sees_a_forbidden_import(tmp_path, monkeypatch):
+    """The rules above would fail: a runtime module importing the launcher is caught."""
+    fake = tmp_path / "notebook_launcher"
+    (fake / "runtime").mkdir(parents=True)
+    (fake / "runtime" / "bad.py").write_text("from ..launch import notebook_launch\nimport IPython\n")
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", fake)
+    assert _violations("runtime", ("notebook_launcher.launch", "IPython")) == [
+        "notebook_launcher/runtime/bad.py imports IPython",
+        "notebook_launcher/runtime/bad.py imports notebook_launcher.launch",
+        "notebook_launcher/runtime/bad.py imports notebook_launcher.launch.notebook_launch",
+    ]
+
+
+def test_the_launcher_reaches_clusters_only_lazily():
+    """cluster= is the launcher's one way into clusters/ (the arrow is clusters -> launch)."""
+    assert _violations("launch", ("notebook_launcher.clusters",), module_level_only=True) == []
+
+
+def test_clusters_need_no_notebook_cli_or_runtime():
+    """Cluster nodes run the launcher without widgets or IPython; the runtime only inside workers."""
+    forbidden = (*_rooms("widgets", "cli", "runtime"), "IPython", "ipywidgets")
+    assert _violations("clusters", forbidden) == []
+
+
+# ---- the module graph: no circles, function-level imports counted ------------------------------
+MAX_MODULES_PER_FOLDER = 12
+
+
+def _edges(path: Path, known: set[str]) -> set[str]:
+    """The package modules `path` imports, at any level. `from pkg import name` counts as importing
+    the submodule pkg.name when there is one, else pkg itself."""
+    found = set()
+    for name, names, _ in _import_statements(path):
+        submodules = {f"{name}.{taken}" for taken in names} & known
+        found |= submodules
+        if not names or len(submodules) < len(names):
+            found.add(name)
+    return (found & known) - {_dotted(path)}
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = {_dotted(path): path for path in _modules()}
+    return {name: _edges(path, set(modules)) for name, path in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One circle per strongly connected group of modules, as a path that comes back to its start."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[set[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's algorithm
+        order[node] = low[node] = len(order)
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in order:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], order[nxt])
+        if low[node] == order[node]:
+            group = set(stack[stack.index(node) :])
+            del stack[stack.index(node) :]
+            if len(group) > 1:
+                groups.append(group)
+
+    for node in sorted(graph):
+        if node not in order:
+            visit(node)
+    return [_circle_in(graph, group) for group in groups]
+
+
+def _circle_in(graph: dict[str, set[str]], group: set[str]) -> list[str]:
+    """A shortest way from the group's first module back to itself, inside the group."""
+    start = min(group)
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        nxt_frontier = []
+        for node in frontier:
+            for nxt in sorted(graph[node] & group):
+                if nxt == start:
+                    return [*paths[node], start]
+                if nxt not in paths:
+                    paths[nxt] = [*paths[node], nxt]
+                    nxt_frontier.append(nxt)
+        frontier = nxt_frontier
+    raise AssertionError(f"no circle found in {sorted(group)}")
+
+
+def test_no_import_circles():
+    """A late import that only dodges a circle means the rooms are cut in the wrong place."""
+    circles = [" -> ".join(circle) for circle in _cycles(_graph())]
+    assert circles == [], "import circles (function-level imports counted):\n" + "\n".join(circles)
+
+
+def _oversized_folders() -> list[str]:
+    folders: dict[Path, int] = {}
+    for path in _modules():
+        if path.name != "__init__.py":
+            folders[path.parent] = folders.get(path.parent, 0) + 1
+    return sorted(
+        f"{folder.relative_to(PACKAGE.parent)} holds {count} modules (limit {MAX_MODULES_PER_FOLDER})"
+        for folder, count in folders.items()
+        if count > MAX_MODULES_PER_FOLDER
+    )
+
+
+def test_no_folder_holds_more_than_twelve_modules():
+    """One concern per folder: a newcomer must see which files belong together."""
+    assert _oversized_folders() == []
+
+
+def _imports_outside(room: str, allowed: tuple[str, ...]) -> list[str]:
+    """Package modules a room imports (any level) that are neither in the room nor allowed."""
+    modules = {_dotted(path): path for path in _modules()}
+    allowed = (f"notebook_launcher.{room}", *(f"notebook_launcher.{a}" for a in allowed))
+    bad = []
+    for name, path in modules.items():
+        if _room(name) != room:
+            continue
+        for target in _edges(path, set(modules)):
+            if not any(target == a or target.startswith(a + ".") for a in allowed):
+                bad.append(f"{path.relative_to(PACKAGE.parent)} imports {target}")
+    return sorted(bad)
+
+
+def test_system_knows_only_the_machine():
+    """system/ (hardware, network, store, signals, schedulers, host memory) is the floor: it imports
+    only errors and itself, and no torch at module level (the kernel and the CLI use it torch-free)."""
+    assert _imports_outside("system", ("errors",)) == []
+    assert _violations("system", ("torch",), module_level_only=True) == []
+
+
+def test_estimate_stands_on_system_config_and_errors():
+    assert _imports_outside("estimate", ("system", "errors", "config")) == []
+
+
+# ---- each rule above fails on a planted violation -----------------------------------------------
+def _plant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str]) -> None:
+    fake = tmp_path / "notebook_launcher"
+    for name, text in {"__init__.py": "", **files}.items():
+        (fake / name).parent.mkdir(parents=True, exist_ok=True)
+        (fake / name).write_text(text)
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", fake)
+
+
+def test_the_checker_sees_a_circle_through_a_function_level_import(tmp_path, monkeypatch):
+    _plant(
+        tmp_path,
+        monkeypatch,
+        {
+            "launch/__init__.py": "from .notebook import go\n",
+            "launch/notebook.py": "def go():\n    from ..widgets import panel\n",
+            "widgets/__init__.py": "",
+            "widgets/panel.py": "from .. import launch\n",
+        },
+    )
+    assert _cycles(_graph()) == [
+        [
+            "notebook_launcher.launch",
+            "notebook_launcher.launch.notebook",
+            "notebook_launcher.widgets.panel",
+            "notebook_launcher.launch",
+        ]
+    ]
+    with pytest.raises(AssertionError, match="launch.notebook -> notebook_launcher.widgets.panel"):
+        test_no_import_circles()
+
+
+def test_the_checker_sees_an_oversized_folder(tmp_path, monkeypatch):
+    _plant(tmp_path, monkeypatch, {f"launch/m{i}.py": "" for i in range(13)} | {"launch/__init__.py": ""})
+    assert _oversized_folders() == ["notebook_launcher/launch holds 13 modules (limit 12)"]
+    with pytest.raises(AssertionError):
+        test_no_folder_holds_more_than_twelve_modules()
+
+
+def test_the_checker_sees_rooms_reaching_too_far(tmp_path, monkeypatch):
+    _plant(
+        tmp_path,
+        monkeypatch,
+        {
+            "errors.py": "",
+            "config/__init__.py": "",
+            "launch/__init__.py": "",
+            "system/__init__.py": "",
+            "system/hardware.py": "import torch\nfrom ..errors import X\n",
+            "system/network.py": "def f():\n    from ..config import LaunchConfig\n",
+            "estimate/__init__.py": "",
+            "estimate/memory.py": "from ..system import hardware\nfrom .. import launch\n",
+            "runtime/__init__.py": "",
+            "runtime/bad.py": "def f():\n    from ..clusters import driver\n",
+            "launch/notebook.py": "def f():\n    from ..widgets import RunView\n",
+        },
+    )
+    assert _imports_outside("system", ("errors",)) == [
+        "notebook_launcher/system/network.py imports notebook_launcher.config"
+    ]
+    assert _violations("system", ("torch",), module_level_only=True) == [
+        "notebook_launcher/system/hardware.py imports torch"
+    ]
+    assert _imports_outside("estimate", ("system", "errors", "config")) == [
+        "notebook_launcher/estimate/memory.py imports notebook_launcher.launch"
+    ]
+    for rule in (
+        test_system_knows_only_the_machine,
+        test_estimate_stands_on_system_config_and_errors,
+        test_the_runtime_never_needs_a_notebook_or_a_launcher,
+        test_the_launcher_reaches_widgets_only_through_the_view_factory,
+        test_only_the_public_face_and_interactive_import_widgets,
+    ):
+        with pytest.raises(AssertionError):
+            rule()

@@ -1,0 +1,139 @@
+"""notebook_launch on a real Ray cluster started by the test (`ray start --head`, 2 CPUs, on this
+host), connected to by address: every rank's value, live output, logs, metrics, the same training
+as a local launch, WorkerError with the failing rank, Stop and Ctrl-C — and nothing of the launch
+left running on the cluster afterwards."""
+
+from __future__ import annotations
+
+import _thread
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from cluster_trainers import alive, all_reduce_and_train, failing_rank_error, recorded_pids, run_forever
+from kernel_session import KernelSession
+from ray_support import local_ray
+
+from notebook_launcher import LaunchStopped, RayCluster, notebook_launch, start_launch
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    pytest.importorskip("ray", reason="Ray is not installed (pip install ray; it is in the test extra)")
+    with local_ray() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def where(ray_cluster):
+    return RayCluster(address=ray_cluster.address)
+
+
+def test_every_rank_returns_and_trains_like_a_local_launch(where, tmp_path, capsys):
+    environ, handlers = dict(os.environ), {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    result = notebook_launch(
+        all_reduce_and_train, kwargs={"folder": str(tmp_path)}, num_processes=2, cluster=where
+    )
+    printed = capsys.readouterr().out
+    assert dict(os.environ) == environ  # the caller is left as it was (ray.init and shutdown included)
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
+    local = notebook_launch(all_reduce_and_train, num_processes=2, quiet=True)
+
+    assert [value["rank"] for value in result] == [0, 1]
+    assert all(value["world"] == 2 and value["sum"] == 3.0 for value in result)  # 1 + 2 over the world
+    # The same processes, kernels and reduction order as the local launch: the arithmetic is
+    # identical, so losses and weights are equal bit for bit (no tolerance needed).
+    assert [value["losses"] for value in result] == [value["losses"] for value in local]
+    assert torch.equal(result[0]["weights"], local[0]["weights"])
+    assert torch.equal(result[0]["weights"], result[1]["weights"])
+    assert "rank 1 of 2: sum 3.0" in result.logs[1]
+    assert "[rank1] rank 1 of 2: sum 3.0" in printed  # live in the cell, with the rank prefix
+    assert sorted(row["rank"] for row in result.metrics) == [0] * 4 + [1] * 4  # 64 rows / (2 ranks x 8)
+    assert result.start_method == "ray" and result.world_size == 2
+    assert alive(recorded_pids(str(tmp_path))) == set()  # workers, node launcher and actor are gone
+
+
+def test_a_failing_rank_raises_worker_error_and_leaves_nothing(where, tmp_path):
+    error = failing_rank_error(where, str(tmp_path))
+    assert error.rank == 1 and error.exc_type == "ValueError"
+    assert "boom on rank one" in error.traceback and "fail_on_rank_one" in error.traceback
+    assert isinstance(error.exception, ValueError)
+    pids = recorded_pids(str(tmp_path))
+    assert len(pids) >= 4 and alive(pids) == set()
+
+
+def test_stop_ends_every_rank_on_the_cluster(where, tmp_path):
+    handle = start_launch(
+        run_forever, kwargs={"folder": str(tmp_path)}, num_processes=2, cluster=where, quiet=True
+    )
+    _wait_for_pids(tmp_path, handle)
+    stopped_at = time.monotonic()
+    handle.stop()
+    with pytest.raises(LaunchStopped):
+        handle.wait(120)
+    assert alive(recorded_pids(str(tmp_path)), wait=0) == set()
+    print(f"Ray: Stop to everything gone: {time.monotonic() - stopped_at:.1f} s")
+
+
+def test_ctrl_c_ends_every_rank_on_the_cluster(where, tmp_path):
+    def interrupt_when_running():
+        _wait_for_pids(tmp_path)
+        _thread.interrupt_main()
+
+    threading.Thread(target=interrupt_when_running, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        notebook_launch(
+            run_forever, kwargs={"folder": str(tmp_path)}, num_processes=2, cluster=where, quiet=True
+        )
+    assert alive(recorded_pids(str(tmp_path))) == set()
+
+
+def test_a_killed_kernel_takes_its_ray_ranks_with_it(ray_cluster, tmp_path):
+    """The kernel that started a cluster launch is SIGKILLed (the OOM killer's way): Ray sees its
+    driver die and ends the launch's actors, their ranks and its placement group (the next test
+    checks the CPUs came back)."""
+    session = KernelSession(cwd=str(tmp_path))
+    try:
+        run = session.run(
+            f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+            "from cluster_trainers import run_forever\n"
+            "from notebook_launcher import RayCluster, start_launch\n"
+            f"handle = start_launch(run_forever, kwargs={{'folder': {str(tmp_path)!r}}}, num_processes=2, "
+            f"cluster=RayCluster(address={ray_cluster.address!r}), quiet=True, view=False)"
+        )
+        assert run.error is None, run.text
+        _wait_for_pids(tmp_path)
+        os.kill(session.pid, signal.SIGKILL)
+        assert alive(recorded_pids(str(tmp_path)), wait=30) == set()
+    finally:
+        session.kc.stop_channels()
+        session.km.shutdown_kernel(now=True)
+
+
+def test_the_cluster_has_all_its_cpus_back(ray_cluster):
+    """No placement group or actor of the launches above still holds resources."""
+    import ray
+
+    ray.init(address=ray_cluster.address, log_to_driver=False)
+    try:
+        deadline = time.monotonic() + 30
+        while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert ray.available_resources().get("CPU") == 2.0
+    finally:
+        ray.shutdown()
+
+
+def _wait_for_pids(folder, handle=None, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while len(list(folder.glob("pids-*"))) < 2:
+        if handle is not None and handle.done:
+            handle.wait()  # raises what went wrong
+        assert time.monotonic() < deadline, "the ranks did not start"
+        time.sleep(0.2)
