@@ -1,4 +1,0 @@
-"""What the cell shows of a run: the printer ([rankN] lines coalesced, a bounded share per rank,
-live \r lines, bars, displays: output.py), where it draws (surface.py), the ranks' progress bars
-(progress_view.py), each rank's full log (rank_logs.py), and how errors read (rendering.py,
-traceback_view.py, colour.py). Used by notebook.py, clusters/ and interactive/."""
