@@ -171,6 +171,8 @@ class Supervisor:
             self.selector.register(worker.err.fileno(), selectors.EVENT_READ, (worker, "stderr"))
             self.selector.register(worker.msg.fileno(), selectors.EVENT_READ, (worker, "msg"))
             self.selector.register(worker.process.sentinel, selectors.EVENT_READ, (worker, "exit"))
+        if hasattr(self.plan.store, "host"):  # StoreOnDemand: hosted when a rank's own code connects
+            self.selector.register(self.plan.store.fileno(), selectors.EVENT_READ, (None, "store"))
 
     # -------------------------------------------------------------------- loop
     def _loop(self) -> str:
@@ -250,6 +252,9 @@ class Supervisor:
                 worker.msg.close()
                 if self.plan.pool is not None and worker.reported:
                     self._hand_back(worker)
+        elif what == "store":
+            self._unregister(fd)
+            self.plan.store.host()
         else:
             self._on_exit(worker, fd)
 
@@ -349,6 +354,8 @@ class Supervisor:
             except Exception as exc:  # e.g. its warning turned into an error: the others still end
                 problems.append(exc)
         self.selector.close()
+        if hasattr(self.plan.store, "close"):
+            self.plan.store.close()
         self.plan.store = None  # closes the rendezvous port
         if self.helpers is not None:
             self.helpers.stop_new()
