@@ -213,6 +213,10 @@ def get_state(
         if init_method is None:
             kwargs.update(_attempt_store(world, timeout))
         dist.init_process_group(**kwargs)
+        if backend == "gloo" and isinstance(kwargs.get("store"), dist.FileStore):
+            # Every rank's gloo pairs are up before any returns: a rank that read its peer's address
+            # from the file a poll (10 ms) later would else find the peer, done and gone, had closed them.
+            dist.distributed_c10d.barrier()  # torch's own: not a collective of the user's (collective_log)
         owns = True
         if "nccl" not in str(backend):
             atexit.unregister(_destroy_owned_group_at_exit)  # once, however many groups a script makes
