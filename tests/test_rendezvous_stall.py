@@ -87,7 +87,7 @@ def test_a_start_whose_process_group_never_forms_is_started_again(tmp_path, monk
 def test_a_start_that_stalls_again_raises_with_where_each_rank_waited(tmp_path, monkeypatch):
     monkeypatch.setenv(ENV, str(STALL))
     began = time.monotonic()
-    with pytest.raises(RendezvousStalled) as info:
+    with pytest.raises(RendezvousStalled) as info, pytest.warns(RuntimeWarning, match="start once more"):
         notebook_launch(
             rank_one_stalls_in_the_rendezvous,
             args=(str(tmp_path), True),
