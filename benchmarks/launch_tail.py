@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import socket
 import statistics
 import sys
 import time
@@ -42,26 +43,43 @@ def percentile(times: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def measure(contenders: dict[str, Callable[[], float | None]], relaunches: int) -> dict[str, list[float]]:
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def measure(
+    contenders: dict[str, Callable[[], float | None]], relaunches: int
+) -> tuple[dict[str, list[float]], dict[str, list[str]]]:
+    """Each contender's times, and its launches that raised (counted apart, never retried)."""
     times: dict[str, list[float]] = {name: [] for name in contenders}
+    errors: dict[str, list[str]] = {name: [] for name in contenders}
     for _ in range(relaunches):
         for name, launch in contenders.items():
-            took = launch()
+            try:
+                took = launch()
+            except Exception as exc:
+                errors[name].append(f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+                continue
             if took is not None:
                 times[name].append(took)
-    return times
+    return times, errors
 
 
-def report(times: dict[str, list[float]], floor_p50: float) -> None:
-    print(f"{'':28}{'p50':>8}{'p99':>8}{'max':>8}  over {SLOW:g} s  p50 / raw p50")
+def report(times: dict[str, list[float]], errors: dict[str, list[str]], floor_p50: float) -> None:
+    print(f"{'':30}{'p50':>8}{'p99':>8}{'max':>8}  over {SLOW:g} s  p50 / raw p50  errors")
     for name, values in times.items():
         if not values:
             continue
         p50 = statistics.median(values)
         print(
-            f"{name:28}{p50:8.3f}{percentile(values, 0.99):8.3f}{max(values):8.2f}"
-            f"  {sum(t > SLOW for t in values):3d} of {len(values):<5d}{p50 / floor_p50:8.2f}x"
+            f"{name:30}{p50:8.3f}{percentile(values, 0.99):8.3f}{max(values):8.2f}"
+            f"  {sum(t > SLOW for t in values):3d} of {len(values):<5d}{p50 / floor_p50:8.2f}x{len(errors[name]):9d}"
         )
+    for name, messages in errors.items():
+        for message in sorted(set(messages)):
+            print(f"  {name}: {messages.count(message)} x {message}")
 
 
 def main() -> None:
@@ -77,7 +95,7 @@ def main() -> None:
         "notebook_launch (warm pool)": lambda: ours("forkserver"),
     }
     if not args.no_accelerate:
-        contenders["Accelerate notebook_launcher"] = accelerate_time
+        contenders["Accelerate notebook_launcher"] = lambda: accelerate_time(free_port())
     busy = [
         multiprocessing.get_context("fork").Process(target=spin, args=(time.time() + 3600,), daemon=True)
         for _ in range(args.load)
@@ -87,7 +105,7 @@ def main() -> None:
     load_before = os.getloadavg()
     began = time.monotonic()
     try:
-        times = measure(contenders, args.relaunches)
+        times, errors = measure(contenders, args.relaunches)
     finally:
         for process in busy:
             process.kill()
@@ -97,7 +115,7 @@ def main() -> None:
         f"{args.relaunches} relaunches each in {time.monotonic() - began:.0f} s; load average before "
         f"{load_before[0]:.1f}, after {os.getloadavg()[0]:.1f} (1 min), Python {sys.version.split()[0]}"
     )
-    report(times, statistics.median(times["raw fork + init_process_group"]))
+    report(times, errors, statistics.median(times["raw fork + init_process_group"]))
 
 
 if __name__ == "__main__":
