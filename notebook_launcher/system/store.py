@@ -46,7 +46,11 @@ def file_store(timeout_s: float) -> Any:
     from torch.distributed import FileStore
 
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT") or "0"
-    store = FileStore(os.path.join(run_dir, f"rendezvous.attempt{attempt}"), -1)  # -1: the run dir goes
+    path = os.path.join(run_dir, f"rendezvous.attempt{attempt}")
+    os.close(
+        os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    )  # 0600, as the run's files
+    store = FileStore(path, -1)  # -1: never removed by a count of users; the run directory goes with the run
     store.set_timeout(datetime.timedelta(seconds=timeout_s))
     return store
 
