@@ -68,7 +68,9 @@ def ours(start_method: str) -> float:
     return took
 
 
-def accelerate_time() -> float | None:
+def accelerate_time(port: int | None = None) -> float | None:
+    """Accelerate's notebook_launcher, timed; on `port` (its default is 29500, which another program on
+    a shared machine may hold)."""
     try:
         from accelerate import notebook_launcher as hf_launch
     except ImportError:
@@ -80,7 +82,7 @@ def accelerate_time() -> float | None:
         Accelerator(cpu=True).wait_for_everyone()
 
     start = time.perf_counter()
-    hf_launch(job, num_processes=2)
+    hf_launch(job, num_processes=2, **({"use_port": str(port)} if port else {}))
     return time.perf_counter() - start
 
 

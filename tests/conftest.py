@@ -94,6 +94,7 @@ FAST_FILES = {
     "test_accelerate_api.py",  # runtime/accelerator
     "test_accelerate_imports.py",  # the public faces
     "test_accelerator.py",  # runtime + launch: real 2-process launches
+    "test_launch_tail.py",  # launch: many relaunches, none with a tail
     "test_trackers_units.py",  # runtime/trackers
     "test_hang_report.py",  # launch/supervise
     "test_interactive.py",  # interactive/

@@ -1,7 +1,6 @@
 """notebook_launch from plain Python: values, output, failures, cleanup, bad input (issue 3)."""
 
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -115,27 +114,29 @@ def raise_on_rank_one_while_rank_zero_waits():
     acc = Accelerator()
     if acc.process_index == 1:
         time.sleep(0.3)
-        print(f"failing at {time.time():.3f}", flush=True)
+        print("failing at", flush=True)
         raise ValueError("rank one is broken")
     dist.barrier()
 
 
-def failed_at(text: str, marker: str) -> float:
-    """When the worker said it was failing (wall clock). The clock starts at the failure, not at
-    the launch: gloo's own setup now and then stalls for 5 s on this machine (plain
-    torch.distributed too), which says nothing about how fast a failure is reported."""
-    return float(re.search(rf"{marker} (\d+\.\d+)", text).group(1))
+def clean_launch_seconds() -> float:
+    """The floor for a failure's timing: a launch that fails nothing, timed from the call."""
+    began = time.monotonic()
+    notebook_launch(rank_and_world, num_processes=2, quiet=True)
+    return time.monotonic() - began
 
 
 def test_failure_names_the_culprit_quickly_and_leaves_nothing():
+    clean = clean_launch_seconds()
+    began = time.monotonic()
     with pytest.raises(WorkerError) as info:
         notebook_launch(raise_on_rank_one_while_rank_zero_waits, num_processes=2, quiet=True)
-    elapsed = time.time() - failed_at(info.value.logs[1], "failing at")
+    elapsed = time.monotonic() - began  # from the call, as the user waits
     err = info.value
     assert err.rank == 1 and err.exc_type == "ValueError"
     assert "rank one is broken" in str(err) and "raise ValueError" in err.traceback
     assert isinstance(err.exception, ValueError)
-    assert elapsed < 5
+    assert elapsed < 0.3 + 3 * clean + 1.0, (elapsed, clean)  # rank 1 fails 0.3 s in; no 5 s wait anywhere
     assert not psutil.Process().children()
 
 
@@ -146,15 +147,18 @@ def test_a_rank_dying_without_exception_is_reported(how, code):
 
         acc = Accelerator()
         if acc.process_index == 1:
-            print(f"about to die {time.time():.3f}", flush=True)
+            print("about to die", flush=True)
             if how == "exit":
                 os._exit(3)
             os.kill(os.getpid(), signal.SIGKILL)
         acc.wait_for_everyone()
 
+    clean = clean_launch_seconds()
+    began = time.monotonic()
     with pytest.raises(WorkerError) as info:
         notebook_launch(die, num_processes=2, quiet=True)
-    assert time.time() - failed_at(str(info.value), "about to die") < 5
+    elapsed = time.monotonic() - began
+    assert elapsed < 3 * clean + 1.0, (elapsed, clean)
     assert info.value.rank == 1 and info.value.exitcode == code
     assert "about to die" in str(info.value)
 
@@ -277,7 +281,7 @@ def test_timeout_shows_where_each_hung_rank_was():
             time.sleep(60)
 
     with pytest.raises(LaunchTimeout) as info:
-        # long enough for rank 0 to reach the barrier even when gloo's setup stalls (5 s, see failed_at)
+        # long enough for rank 0 to reach the barrier on a loaded machine
         notebook_launch(stuck_in_barrier, num_processes=2, quiet=True, timeout=8)
     assert "dist.barrier()  # rank 1 never joins" in info.value.stacks[0]
     assert "time.sleep(60)" in info.value.stacks[1]

@@ -149,14 +149,14 @@ def ddp_step():
 
 if __name__ == "__main__":
     before = "torch._dynamo" in sys.modules
+    start = time.monotonic()
     first = notebook_launch(ddp_step, num_processes=2, quiet=True)
-    relaunches = []
-    for _ in range(2):  # the faster of two: gloo's setup alone stalls 5 s now and then on some machines
-        start = time.monotonic()
-        notebook_launch(ddp_step, num_processes=2, quiet=True)
-        relaunches.append(time.monotonic() - start)
+    first_s = time.monotonic() - start
+    start = time.monotonic()
+    notebook_launch(ddp_step, num_processes=2, quiet=True)
+    relaunch_s = time.monotonic() - start
     print("WARM " + json.dumps({"before": before, "after": "torch._dynamo" in sys.modules,
-                                "workers": list(first), "relaunch_s": min(relaunches)}))
+                                "workers": list(first), "first_s": first_s, "relaunch_s": relaunch_s}))
 """
 
 
@@ -173,7 +173,8 @@ def test_the_first_launch_imports_what_every_worker_needs_once_in_the_parent(tmp
     facts = json.loads(out.stdout.split("WARM ", 1)[1])
     assert facts["before"] is False and facts["after"] is True  # imported in the parent by the launch
     assert facts["workers"] == [True, True]
-    assert facts["relaunch_s"] < 5, facts
+    # one relaunch, timed from the call: its workers find torch._dynamo loaded, the first launch imported it
+    assert facts["relaunch_s"] < facts["first_s"], facts
 
 
 def test_one_process_still_runs_in_a_worker_not_in_the_caller():

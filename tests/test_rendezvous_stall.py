@@ -67,12 +67,16 @@ def _children() -> list[psutil.Process]:
 def test_a_start_whose_process_group_never_forms_is_started_again(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv(ENV, str(STALL))
     began = time.monotonic()
-    result = notebook_launch(
-        rank_one_stalls_in_the_rendezvous, args=(str(tmp_path), False), num_processes=2, timeout=60
-    )
+    with pytest.warns(RuntimeWarning, match="start once more"):  # said even with quiet=True
+        result = notebook_launch(
+            rank_one_stalls_in_the_rendezvous, args=(str(tmp_path), False), num_processes=2, timeout=60
+        )
     took = time.monotonic() - began
     assert [result[rank]["total"] for rank in range(2)] == [3.0, 3.0]  # the second start formed the group
     assert result.restarts == 0 and [result[rank]["restart_count"] for rank in range(2)] == [0, 0]
+    # counted in the result, with where each rank waited
+    assert [type(failure) for failure in result.failures] == [RendezvousStalled]
+    assert "never_returns" in result.failures[0].stacks[1]
     err = capfd.readouterr().err
     assert "started again: every rank waited in the rendezvous (init_process_group)" in err
     # the wait, the stack dumps and the stop of a rank stuck in C code (SIGKILL after the grace)
@@ -83,7 +87,7 @@ def test_a_start_whose_process_group_never_forms_is_started_again(tmp_path, monk
 def test_a_start_that_stalls_again_raises_with_where_each_rank_waited(tmp_path, monkeypatch):
     monkeypatch.setenv(ENV, str(STALL))
     began = time.monotonic()
-    with pytest.raises(RendezvousStalled) as info:
+    with pytest.raises(RendezvousStalled) as info, pytest.warns(RuntimeWarning, match="start once more"):
         notebook_launch(
             rank_one_stalls_in_the_rendezvous,
             args=(str(tmp_path), True),

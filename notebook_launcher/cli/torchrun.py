@@ -28,7 +28,7 @@ from ..errors import ConfigError, NetworkError
 from ..estimate.performance import REPORT_ENV, PerformanceReport
 from ..system.network import free_port, port_is_free, wait_for_main, workers_interface_env
 from ..system.private_files import RUN_DIR_ENV, make_private_dir
-from ..system.store import ALL_INTERFACES, LOOPBACK, host_store, store_bind_address
+from ..system.store import ALL_INTERFACES, LOOPBACK, file_rendezvous_env, host_store, store_bind_address
 from .bootstrap import LAUNCHER_PID_ENV
 from .machines import MachinesMissing, bounded_exit_installed
 
@@ -236,7 +236,8 @@ def execute(plan: RunPlan, *, debug: bool = False, err: Any = None) -> int:
         os.mkdir(figures, 0o700)
         plan = replace(plan, env={**plan.env, REPORT_ENV: figures})
     try:
-        return _run_torchrun(plan, args, debug, err, {RUN_DIR_ENV: run_dir})
+        meet = file_rendezvous_env(plan.config.num_machines)  # one machine: the ranks meet in a file
+        return _run_torchrun(plan, args, debug, err, {RUN_DIR_ENV: run_dir, **meet})
     finally:
         store = None  # noqa: F841 - closes the rendezvous port
         if figures is not None:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
 from ..errors import ConfigError
+from ..system.store import file_rendezvous_env
 from ..view_factory import displayed_view
 from . import planning
 from .cell.output import CellPrinter, check_prefix_template
@@ -49,8 +50,9 @@ def _prepare(
     else:
         warm_up(cfg)
     network_env, reach_main = planning.machine_network(cfg, say)
-    addr, port, store = planning.rendezvous(cfg, cfg.num_machines)
-    specs = planning.make_specs(cfg, nproc, (addr, port), payload, network_env)
+    addr, port, store = planning.rendezvous(cfg, cfg.num_machines, on_demand=True)
+    meet = file_rendezvous_env(cfg.num_machines)  # one machine: the ranks meet in a file (system/store.py)
+    specs = planning.make_specs(cfg, nproc, (addr, port), payload, network_env | meet)
     return planning.plan_started_by(
         method,
         specs=specs,

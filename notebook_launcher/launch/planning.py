@@ -14,7 +14,7 @@ from typing import Any
 from ..config import LaunchConfig, resolve_config, worker_env
 from ..errors import ConfigError
 from ..system.network import port_is_free, wait_for_main, workers_interface_env
-from ..system.store import LOOPBACK, host_store, store_bind_address
+from ..system.store import LOOPBACK, StoreOnDemand, host_store, store_bind_address
 from .result import LaunchStopped
 from .worker.entry import WorkerSpec
 
@@ -226,13 +226,15 @@ def check_port_free(port: int) -> None:
         )
 
 
-def rendezvous(config: LaunchConfig, num_machines: int) -> tuple[str, int, Any]:
+def rendezvous(config: LaunchConfig, num_machines: int, on_demand: bool = False) -> tuple[str, int, Any]:
     """(master address, port, store) for this launch.
 
     The machine with rank 0 hosts torch's TCPStore in this process, bound before any worker starts
     (port 0 = the OS picks a free one), and every worker connects to it as a client, as torchrun's
     agent does (TORCHELASTIC_USE_AGENT_STORE). No window in which another program can take the
     port, and no stale store from an earlier launch: the store lives exactly as long as the launch.
+    on_demand (one machine, whose ranks meet in a file: system/store.py): the port is bound now and
+    the TCPStore hosted only when a rank's own init_process_group connects (the supervisor watches).
     """
     if num_machines > 1 and not config.main_process_ip:
         raise ConfigError(
@@ -251,7 +253,8 @@ def rendezvous(config: LaunchConfig, num_machines: int) -> tuple[str, int, Any]:
         return addr, port, None
     if port:
         check_port_free(port)
-    store = _host_store(store_bind_address(config.main_process_ip, num_machines), port)
+    bind = store_bind_address(config.main_process_ip, num_machines)
+    store = _host_store(bind, port, on_demand=on_demand and num_machines == 1)
     return addr, store.port, store
 
 
@@ -279,8 +282,10 @@ def machine_network(
     return env, reach_main
 
 
-def _host_store(bind: str, port: int) -> Any:
+def _host_store(bind: str, port: int, on_demand: bool) -> Any:
     try:
+        if on_demand:
+            return StoreOnDemand(bind, port, timeout_s=30 * 60)
         return host_store(bind, port, timeout_s=30 * 60)
     except (OSError, RuntimeError) as exc:  # DistNetworkError subclasses RuntimeError
         where = f"{bind}:{port}" if bind else f"port {port}"

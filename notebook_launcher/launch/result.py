@@ -283,8 +283,9 @@ class RendezvousStalled(NotebookLauncherError, TimeoutError):
         self.summary = (
             f"Every rank waited in the rendezvous (init_process_group) for more than {seconds:g}s on this one "
             f"machine{tries}: the process group did not form, and every rank has been stopped. Look at where "
-            "each rank waited (below). Seen so far: a rare gloo stall on a busy machine; a GLOO_SOCKET_IFNAME that "
-            "does not route to the main address would do the same. NOTEBOOK_LAUNCHER_RENDEZVOUS_STALL_SECONDS sets the wait (0: never give up)."
+            "each rank waited (below). Seen so far: a rank held in torch's TCPStore connect by a reverse DNS lookup "
+            "that the DNS server never answers (code that calls init_process_group itself connects over TCP); a "
+            "GLOO_SOCKET_IFNAME that does not route to the main address would do the same. NOTEBOOK_LAUNCHER_RENDEZVOUS_STALL_SECONDS sets the wait (0: never give up)."
         )
         super().__init__(self.summary + _where_text(self.stacks))
 

@@ -1,17 +1,58 @@
-"""The rendezvous store this machine hosts (torch's TCPStore): where it listens, and hosting it there.
+"""The rendezvous store of a launch: torch's TCPStore this machine hosts (where it listens, and
+hosting it there), and on one machine the file the ranks meet in instead.
 
-On one machine it listens on loopback only; over several machines on the address the others were
-given for machine 0. Shared by the notebook launcher (launch/planning.py) and the CLI
-(cli/torchrun.py). torch is imported only when a store is hosted.
+On one machine the store listens on loopback only; over several machines on the address the others
+were given for machine 0. Shared by the notebook launcher (launch/planning.py) and the CLI
+(cli/torchrun.py). torch is imported only when a store is hosted or opened.
+
+Why the ranks of a one-machine launch meet in a file (torch's FileStore in the run's private
+directory) and not over TCP: every connection torch's TCPStore makes formats the peer address with
+getnameinfo, a reverse DNS lookup of ::ffff:127.0.0.1, which /etc/hosts does not list, so it goes to
+the DNS server. A server that drops a query (one that rate-limits, one that cannot be reached) holds
+that rank for the resolver's timeout, 5 s by default: one relaunch in twenty took 5.07 s on a
+machine whose DNS server dropped every fiftieth query of a burst (issue 38). A file needs no lookup.
+The TCP store still answers MASTER_ADDR:MASTER_PORT for code that calls init_process_group itself:
+StoreOnDemand hosts it when such a rank connects, so a launch whose ranks never do pays no lookup.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 from typing import Any
 
+from .private_files import RUN_DIR_ENV, is_private_dir
+
 LOOPBACK = "127.0.0.1"
 ALL_INTERFACES = ""
+FILE_RENDEZVOUS_ENV = "NOTEBOOK_LAUNCHER_RENDEZVOUS_FILE"  # "1": the ranks meet in the run's file
+
+
+def file_rendezvous_env(num_machines: int) -> dict[str, str]:
+    """The workers' variable that makes them meet in a file: on one machine only (the one place
+    that decides it, for notebook_launch and the CLI)."""
+    return {FILE_RENDEZVOUS_ENV: "1"} if num_machines == 1 else {}
+
+
+def file_store(timeout_s: float) -> Any:
+    """This rank's handle on the launch's rendezvous file, or None when the launcher asked for TCP
+    (or gave no private run directory: then MASTER_ADDR:MASTER_PORT serves). One file per attempt
+    (TORCHELASTIC_RESTART_COUNT): a restarted attempt never reads the addresses of a dead one."""
+    run_dir = os.environ.get(RUN_DIR_ENV)
+    if os.environ.get(FILE_RENDEZVOUS_ENV) != "1" or not run_dir or not is_private_dir(run_dir):
+        return None
+    import datetime
+
+    from torch.distributed import FileStore
+
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT") or "0"
+    path = os.path.join(run_dir, f"rendezvous.attempt{attempt}")
+    os.close(
+        os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    )  # 0600, as the run's files
+    store = FileStore(path, -1)  # -1: never removed by a count of users; the run directory goes with the run
+    store.set_timeout(datetime.timedelta(seconds=timeout_s))
+    return store
 
 
 def store_bind_address(main_process_ip: str | None, num_machines: int) -> str:
@@ -62,23 +103,77 @@ def host_store(bind: str, port: int, *, timeout_s: float, multi_tenant: bool = F
         return TCPStore(
             LOOPBACK, port, is_master=True, wait_for_workers=False, multi_tenant=multi_tenant, timeout=timeout
         )
+    sock = listening_socket(bind, port)
+    try:
+        return _store_on(sock, bind, timeout_s, multi_tenant)
+    except BaseException:
+        sock.close()
+        raise
+
+
+def listening_socket(bind: str, port: int) -> socket.socket:
+    """A socket listening on `bind`:`port` (0: a free port), for a TCPStore to take over."""
     family, kind, proto, _, address = socket.getaddrinfo(bind, port, type=socket.SOCK_STREAM)[0]
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
         sock.listen(socket.SOMAXCONN)
-        store = TCPStore(
-            bind,
-            sock.getsockname()[1],
-            is_master=True,
-            wait_for_workers=False,
-            multi_tenant=multi_tenant,
-            master_listen_fd=sock.fileno(),
-            timeout=timeout,
-        )
     except BaseException:
         sock.close()
         raise
-    sock.detach()  # the store owns the descriptor now and closes it with the store
+    return sock
+
+
+def _store_on(sock: socket.socket, bind: str, timeout_s: float, multi_tenant: bool = False) -> Any:
+    """torch's TCPStore serving on `sock`, which it owns from then on (and closes with the store)."""
+    import datetime
+
+    from torch.distributed import TCPStore
+
+    store = TCPStore(
+        bind,
+        sock.getsockname()[1],
+        is_master=True,
+        wait_for_workers=False,
+        multi_tenant=multi_tenant,
+        master_listen_fd=sock.fileno(),
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
+    sock.detach()
     return store
+
+
+class StoreOnDemand:
+    """A listening socket whose TCPStore is hosted only when a rank connects (its own
+    init_process_group through MASTER_ADDR:MASTER_PORT): the launch's loop watches fileno() and calls
+    host(). Until then no TCPStore exists, so no lookup (see above); the port is this launch's from
+    the start, and close() frees it."""
+
+    def __init__(self, bind: str, port: int, timeout_s: float) -> None:
+        self._sock: socket.socket | None = listening_socket(bind, port)
+        self._bind, self._timeout_s = bind, timeout_s
+        self.port: int = self._sock.getsockname()[1]
+        self.store: Any = None
+
+    def fileno(self) -> int:
+        return self._sock.fileno() if self._sock is not None else -1
+
+    def host(self) -> None:
+        """Host the TCPStore on the socket (a rank is waiting in its queue)."""
+        if self._sock is not None:
+            sock, self._sock = self._sock, None
+            try:
+                self.store = _store_on(sock, self._bind, self._timeout_s)
+            except BaseException:
+                sock.close()
+                raise
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        self.store = None
+
+    def __del__(self) -> None:
+        self.close()

@@ -1,11 +1,15 @@
 """A start that never forms: every rank of a one-machine launch sits inside init_process_group.
 
-On one machine the rendezvous takes milliseconds: every rank is there, the store is this
-process's own. When all of them have waited in it together for RENDEZVOUS_STALL_SECONDS, the
-process group will not form (seen rarely on a loaded 2-core machine: every rank waiting in gloo's
-full-mesh connect until the collective timeout, half an hour). Nothing of the user's training has
-run yet, so the launcher stops those ranks and starts them once more with a fresh store, saying
-so, instead of hanging the cell (restarts.py). Launches whose ranks span machines are not watched:
+On one machine the rendezvous takes milliseconds: every rank is there, and they meet in a file
+(system/store.py). When all of them have waited in it together for RENDEZVOUS_STALL_SECONDS, the
+process group will not form. What issue 38 found holding ranks there: torch's TCPStore connect
+doing a reverse DNS lookup of the store's address, 5 s for each query the DNS server drops (py-spy:
+getnameinfo under SocketImpl), while the peer waits in gloo for that rank's address; a server that
+drops query after query holds it longer. Ranks of our launches no longer connect over TCP; code
+that calls init_process_group itself still does.
+Nothing of the user's training has run yet, so the launcher stops those ranks and starts them once
+more with a fresh store, never silently: said in the cell, warned, and counted in result.failures
+(restarts.py). Launches whose ranks span machines are not watched:
 there a rank waiting for another machine to join is normal.
 
 Also a rank still waiting in the rendezvous after another rank of the same world has returned: the

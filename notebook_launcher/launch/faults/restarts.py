@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from typing import Any
 
 from ...errors import ConfigError
@@ -57,7 +58,7 @@ def infrastructure_fault(failure: RankFailure) -> str | None:
 def fresh_plan(plan: LaunchPlan, attempt: int) -> LaunchPlan:
     """The same launch with a new rendezvous store (the old one went with the failed attempt) and
     the attempt number for the workers."""
-    addr, port, store = planning.rendezvous(plan.config, plan.config.num_machines)
+    addr, port, store = planning.rendezvous(plan.config, plan.config.num_machines, on_demand=True)
     specs = [
         dataclasses.replace(
             spec,
@@ -156,8 +157,11 @@ class RestartingRun:
 
     def _start_again(self, stall: RendezvousStalled) -> None:
         """The process group never formed: nothing of the user's training ran, so start the same
-        attempt once more with a fresh store (rendezvous_watch.py); raise when that stalls too."""
+        attempt once more with a fresh store (rendezvous_watch.py); raise when that stalls too.
+        Never silent: said in the cell, warned (also under quiet=True), and in result.failures with
+        where each rank waited."""
         self.starts_again += 1
+        self.failures.append(stall)
         if self.starts_again > RENDEZVOUS_RETRIES:
             raise RendezvousStalled(
                 stall.seconds, stall.stacks, stall.report, attempts=self.starts_again
@@ -168,6 +172,11 @@ class RestartingRun:
         )
         self._announce(
             RunRestarting(self.restarts, self.max_restarts, reason, self.checkpoint, start_again=True)
+        )
+        warnings.warn(
+            f"notebook_launch: {reason} (result.failures holds where each rank waited).",
+            RuntimeWarning,
+            stacklevel=2,
         )
         self.plan = fresh_plan(self.plan, self.restarts)
         self.supervisor = self._new_supervisor()

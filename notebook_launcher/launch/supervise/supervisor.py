@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...system.store import StoreOnDemand
 from ..events import HangReported, OutputLine, RunFinished, RunStarted, poll_hooks_ask_stop, tick
 from ..faults.rendezvous_watch import RendezvousWatch
 from ..faults.stall import HangWatch, is_dump_line
@@ -171,6 +172,8 @@ class Supervisor:
             self.selector.register(worker.err.fileno(), selectors.EVENT_READ, (worker, "stderr"))
             self.selector.register(worker.msg.fileno(), selectors.EVENT_READ, (worker, "msg"))
             self.selector.register(worker.process.sentinel, selectors.EVENT_READ, (worker, "exit"))
+        if isinstance(self.plan.store, StoreOnDemand):  # hosted when a rank's own code connects
+            self.selector.register(self.plan.store.fileno(), selectors.EVENT_READ, (None, "store"))
 
     # -------------------------------------------------------------------- loop
     def _loop(self) -> str:
@@ -250,6 +253,9 @@ class Supervisor:
                 worker.msg.close()
                 if self.plan.pool is not None and worker.reported:
                     self._hand_back(worker)
+        elif what == "store":
+            self._unregister(fd)
+            self.plan.store.host()
         else:
             self._on_exit(worker, fd)
 
@@ -349,6 +355,8 @@ class Supervisor:
             except Exception as exc:  # e.g. its warning turned into an error: the others still end
                 problems.append(exc)
         self.selector.close()
+        if isinstance(self.plan.store, StoreOnDemand):
+            self.plan.store.close()
         self.plan.store = None  # closes the rendezvous port
         if self.helpers is not None:
             self.helpers.stop_new()

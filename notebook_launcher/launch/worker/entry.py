@@ -202,7 +202,9 @@ def _start_together() -> None:
 
     from torch.distributed import TCPStore
 
-    store = TCPStore(
+    from ...system.store import file_store
+
+    store = file_store(30 * 60) or TCPStore(
         os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
         timeout=datetime.timedelta(minutes=30),
     )  # fmt: skip

@@ -23,6 +23,7 @@ import torch.distributed as dist
 from ...config import LaunchConfig
 from ...errors import AcceleratorError, ClusterEnvironmentError
 from ...system.network import socket_interface_env
+from ...system.store import file_store
 from . import collective_log
 from .environments import World, detect_world
 
@@ -130,18 +131,22 @@ def _enter_world(world: World) -> None:
 
 
 def _attempt_store(world: World, timeout: datetime.timedelta | None) -> dict[str, Any]:
-    """A restarted attempt's own key space in the launcher's store.
+    """The launch's rendezvous file on one machine (system/store.py: no TCP, so no DNS lookup),
+    else a restarted attempt's own key space in the launcher's store.
 
     torchrun's static rendezvous keeps one store across restarts, and torch (2.6 on) no longer
     prefixes the workers' keys per attempt: a restarted group read the dead attempt's gloo addresses
     and failed ("Connection refused") or hung. notebook_launch starts a fresh store for each attempt;
     the prefix is harmless there.
     """
+    from torch.distributed.constants import default_pg_timeout
+
+    in_file = file_store((timeout or default_pg_timeout).total_seconds())
+    if in_file is not None:
+        return {"store": in_file}
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     if attempt in ("", "0") or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return {}
-    from torch.distributed.constants import default_pg_timeout
-
     client = dist.TCPStore(
         str(world.master_addr), int(world.master_port), is_master=False, timeout=timeout or default_pg_timeout
     )
@@ -208,6 +213,10 @@ def get_state(
         if init_method is None:
             kwargs.update(_attempt_store(world, timeout))
         dist.init_process_group(**kwargs)
+        if backend == "gloo" and isinstance(kwargs.get("store"), dist.FileStore):
+            # Every rank's gloo pairs are up before any returns: a rank that read its peer's address
+            # from the file a poll (10 ms) later would else find the peer, done and gone, had closed them.
+            dist.distributed_c10d.barrier()  # torch's own: not a collective of the user's (collective_log)
         owns = True
         if "nccl" not in str(backend):
             atexit.unregister(_destroy_owned_group_at_exit)  # once, however many groups a script makes
