@@ -2,9 +2,12 @@
 with 2 CPUs, in its own session and temp dir, stopped by its process id afterwards (never `ray
 stop`, which would end every Ray on the machine). Skips with the reason after a real try.
 
-On a loaded machine Ray's raylet can abort at start: it waits a fixed 15 s for its dashboard
-agent to write its listen port to a file, and that agent is a Python process that may need longer
-to import. We pass the agent's port ourselves, so we write that file for the raylet as soon as the
+On a loaded machine Ray's raylet can abort at start: it is not given the dashboard agent's listen
+port on its command line, so it waits for the agent to write it to a file, for a fixed 15 s
+(WaitForPersistedPort's default in Ray 2.60: RAY_agent_register_timeout_ms and
+RAY_raylet_start_wait_time_s do not change it — checked with an agent made to import in 25 s, which
+aborts the raylet with or without them), and that agent is a Python process that may need longer to
+import. We pass the agent's port ourselves, so we write that file for the raylet as soon as the
 session exists (the agent then listens on that same port). The cluster starts once per test run
 (the `ray_cluster` session fixture); a start that fails skips with Ray's words, without a retry.
 """
