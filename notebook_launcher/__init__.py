@@ -15,6 +15,7 @@ from ._version import __version__ as __version__
 from .config import DeepSpeedConfig, FSDPConfig, LaunchConfig, load_config, save_config
 from .errors import (
     AcceleratorError,
+    AcceleratorValueError,
     ClusterEnvironmentError,
     ConfigError,
     DistributedOperationException,
@@ -83,6 +84,7 @@ _LAZY = {
 
 __all__ = [
     "AcceleratorError",
+    "AcceleratorValueError",
     "ClusterEnvironmentError",
     "ConfigError",
     "DeepSpeedConfig",

@@ -64,7 +64,7 @@ UNSUPPORTED = {
     **dict.fromkeys(
         "PrepareForLaunch TORCH_LAUNCH_PARAMS prepare_deepspeed_cmd_env prepare_multi_gpu_env "
         "prepare_sagemager_args_inputs prepare_simple_launcher_cmd_env prepare_tpu purge_accelerate_environment "
-        "convert_dict_to_env_variables clear_environment set_numa_affinity get_cpu_distributed_information "
+        "convert_dict_to_env_variables set_numa_affinity get_cpu_distributed_information "
         "check_cuda_p2p_ib_support check_os_kernel is_port_in_use get_gpu_info".split(),
         _LAUNCH,
     ),

@@ -18,6 +18,11 @@ class AcceleratorError(NotebookLauncherError, RuntimeError):
     """The Accelerator was used in a way it cannot support (e.g. backward before prepare)."""
 
 
+class AcceleratorValueError(AcceleratorError, ValueError):
+    """An Accelerator method got a value it cannot use, where Accelerate raises ValueError: code written
+    for Accelerate that catches ValueError still catches it."""
+
+
 class DistributedOperationException(AcceleratorError):
     """Ranks passed mismatched tensors to a collective (debug mode); Accelerate's name."""
 

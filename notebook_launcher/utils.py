@@ -66,6 +66,7 @@ _LAZY = {
     ),
     **dict.fromkeys(
         (
+            "clear_environment",
             "extract_model_from_parallel",
             "is_bf16_available",
             "is_cuda_available",

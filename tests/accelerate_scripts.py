@@ -43,6 +43,7 @@ ALIASES = {
     "accelerate.state": "notebook_launcher.state",
     "accelerate.data_loader": "notebook_launcher.data_loader",
     "accelerate.local_sgd": "notebook_launcher.local_sgd",
+    "accelerate.tracking": "notebook_launcher.tracking",
     "accelerate.utils": "notebook_launcher.utils",
 }
 TEST_UTILS = ("accelerate.test_utils", "accelerate.test_utils.testing", "accelerate.test_utils.training")

@@ -2,10 +2,14 @@
 with 2 CPUs, in its own session and temp dir, stopped by its process id afterwards (never `ray
 stop`, which would end every Ray on the machine). Skips with the reason after a real try.
 
-On a loaded machine Ray's raylet can abort at start: it waits a fixed 15 s for its dashboard
-agent to write its listen port to a file, and that agent is a Python process that may need longer
-to import. We pass the agent's port ourselves, so we write that file for the raylet as soon as the
-session exists (the agent then listens on that same port), and retry a start that still fails.
+On a loaded machine Ray's raylet can abort at start: it is not given the dashboard agent's listen
+port on its command line, so it waits for the agent to write it to a file, for a fixed 15 s
+(WaitForPersistedPort's default in Ray 2.60: RAY_agent_register_timeout_ms and
+RAY_raylet_start_wait_time_s do not change it — checked with an agent made to import in 25 s, which
+aborts the raylet with or without them), and that agent is a Python process that may need longer to
+import. We pass the agent's port ourselves, so we write that file for the raylet as soon as the
+session exists (the agent then listens on that same port). The cluster starts once per test run
+(the `ray_cluster` session fixture); a start that fails skips with Ray's words, without a retry.
 """
 
 from __future__ import annotations
@@ -18,14 +22,12 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from netns import clean_env
 
 START_SECONDS = 240.0
-ATTEMPTS = 2
 
 
 def _free_ports(count: int) -> list[int]:
@@ -129,20 +131,30 @@ def session_processes(cluster: LocalRay) -> list[int]:
     return _session_members(cluster.pid) if cluster.pid else []
 
 
-@contextmanager
-def local_ray() -> Iterator[LocalRay]:
-    """A running local Ray cluster (skips with the reason when it cannot start here)."""
-    reasons = []
-    for _ in range(ATTEMPTS):
+_SHARED: dict[str, LocalRay | str] = {}  # "cluster": the running one, or "failed": why it could not start
+
+
+@pytest.fixture(scope="session", name="ray_cluster")
+def shared_ray_cluster() -> Iterator[LocalRay]:
+    """One local Ray cluster for the whole test run, shared by every test file that imports this
+    fixture: started once, on first use (a start that fails skips with its reason, and is not tried
+    again), stopped when the run ends. Each importing module holds its own copy of the fixture; they
+    share the cluster through _SHARED, and the first teardown at the session's end stops it."""
+    pytest.importorskip("ray", reason="Ray is not installed (pip install ray; it is in the test extra)")
+    if "failed" in _SHARED:
+        pytest.skip(f"local Ray cluster unavailable: {_SHARED['failed']}")
+    if "cluster" not in _SHARED:
         cluster = LocalRay()
         reason = cluster.start()
-        if reason is None:
-            try:
-                yield cluster
-            finally:
-                cluster.stop()
-            return
-        cluster.stop()
-        reasons.append(reason)
-    print(f"local Ray cluster unavailable: {reasons[-1]}")
-    pytest.skip(f"local Ray cluster unavailable after {ATTEMPTS} tries: {reasons[-1]}")
+        if reason is not None:
+            cluster.stop()
+            _SHARED["failed"] = reason
+            print(f"local Ray cluster unavailable: {reason}")
+            pytest.skip(f"local Ray cluster unavailable: {reason}")
+        _SHARED["cluster"] = cluster
+    shared = _SHARED["cluster"]
+    assert isinstance(shared, LocalRay)
+    yield shared
+    running = _SHARED.pop("cluster", None)
+    if isinstance(running, LocalRay):
+        running.stop()

@@ -7,60 +7,96 @@ from __future__ import annotations
 import os
 import pickle
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
-from test_cli_helpers import cli_env, explain, finish
+from test_cli_helpers import cli_env
 
 from notebook_launcher.errors import AcceleratorError, ConfigError
 
 RUNNER = str(Path(__file__).resolve().parent / "run_accelerate_script.py")
 
 
-def _run_script(tmp_path: Path, *args: str, timeout: float, **env: str) -> subprocess.CompletedProcess:
-    """The runner in its own session: on a timeout its whole group is killed and its output shown."""
-    pipes = dict(stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    env = cli_env(tmp_path, OMP_NUM_THREADS="1", **env)
-    proc = subprocess.Popen(
-        [sys.executable, RUNNER, *args], cwd=tmp_path, env=env, start_new_session=True, **pipes
+# Its test_fault_tolerant races by design: ranks test queue.empty() and then get() from a shared queue,
+# and only the rank that takes the last 0 calls PartialState(). When an attempt starts on a queue
+# holding one item, both ranks may see it non-empty: one takes it and waits in the rendezvous, the
+# other blocks forever in queue.get() (test_notebook.py line 44) — seen in about 1 run in 5 here. No
+# launcher can make that pass; ours must say so. The script runs once, with a short stall_timeout (from
+# the config file), and either passes, or ends in that race with the stall report naming it: one rank
+# never joined the rendezvous the other waits in, and its stack is in queue.get() at line 44.
+STALL_TIMEOUT = 10
+RACE_VERDICT = re.compile(
+    r"Verdict: rank (?P<blocked>[01]) never joined the rendezvous \(init_process_group\), "
+    r"which rank (?P<waiting>[01]) has waited in"
+)
+
+
+def _blocked_in_get(output: str, rank: str) -> bool:
+    """That rank's stack dump (its [rankN] lines) is in multiprocessing's Queue.get, called from line 44."""
+    return bool(
+        re.search(
+            rf'\[rank{rank}\]\s+File ".*multiprocessing/queues\.py", line \d+ in get\n'
+            rf'\[rank{rank}\]\s+File ".*test_notebook\.py", line 44 in tough_nut_function',
+            output,
+        )
     )
-    return finish(proc, timeout=timeout)
 
 
-# Its test_fault_tolerant races by design: ranks test queue.empty() and then get() from a shared queue
-# and only the rank that takes the last 0 calls PartialState(). When an attempt lets a single rank
-# consume, a later attempt starts on [0]: that rank waits in the rendezvous for a peer that already
-# returned (we fail it at once, rendezvous_watch.py; torch elastic hangs) or that is blocked in get()
-# (a hang: seen in about 1 of 5 runs here, torch elastic's 0.1 s monitor delay before it stops the
-# peers makes this rarer there). Those endings, and only those, are run again, at most twice.
-RACE = "had already returned without joining it"
+def _race_report(output: str) -> re.Match[str] | None:
+    """The stall report's verdict when the run stands in the queue race (see above), else None."""
+    report = output.partition("Hang report: no rank made progress")[2]
+    verdict = RACE_VERDICT.search(report)
+    if verdict is None or verdict["blocked"] == verdict["waiting"]:
+        return None
+    return verdict if _blocked_in_get(report, verdict["blocked"]) else None
 
 
-def _raced(run) -> bool:
-    text = run if isinstance(run, str) else run.stdout + run.stderr
-    return "Test fault tolerant" in text and "Test monitoring" not in text
+def _run_until_done_or_raced(tmp_path: Path, deadline: float) -> tuple[int | None, str]:
+    """(exit status, output) of test_notebook.py on 2 processes; None when it was stopped in the race,
+    once the stall report showed it. Past the deadline the test fails with the output."""
+    config = tmp_path / "config.yaml"
+    config.write_text(f"stall_timeout: {STALL_TIMEOUT}\n")
+    env = cli_env(
+        tmp_path, OMP_NUM_THREADS="1", ACCELERATE_NUM_PROCESSES="2", NOTEBOOK_LAUNCHER_CONFIG_FILE=str(config)
+    )
+    log = tmp_path / "output.txt"
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, RUNNER, "test_notebook.py"], cwd=tmp_path, env=env, start_new_session=True,
+            stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    start = time.monotonic()
+    while proc.poll() is None:
+        if _race_report(log.read_text()) is not None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return None, log.read_text()
+        if time.monotonic() - start > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            pytest.fail(
+                f"test_notebook.py neither ended nor showed the race in {deadline} s:\n{log.read_text()}"
+            )
+        time.sleep(0.5)
+    return proc.returncode, log.read_text()
 
 
 @pytest.mark.slow
-def test_accelerates_test_notebook_passes(tmp_path):
-    """All 7 of its tests with 2 processes: c10d, max_restarts after RuntimeErrors, ChildFailedError."""
-    result = None
-    for _ in range(3):
-        try:
-            result = _run_script(tmp_path, "test_notebook.py", timeout=60, ACCELERATE_NUM_PROCESSES="2")
-        except AssertionError as hung:  # finish(): the run timed out, its output in the message
-            if not _raced(str(hung)):
-                raise
-            continue
-        if result.returncode == 0 or not (_raced(result) and RACE in result.stderr + result.stdout):
-            break
-    assert result is not None, "test_fault_tolerant hung in 3 runs (its queue race, see above)"
-    assert result.returncode == 0, explain(result)
+def test_accelerates_test_notebook_passes_or_names_its_queue_race(tmp_path):
+    """All 7 of its tests with 2 processes (c10d, max_restarts after RuntimeErrors, ChildFailedError),
+    run once: they pass, or test_fault_tolerant stands in its queue race and the stall report says so."""
+    status, output = _run_until_done_or_raced(tmp_path, deadline=240)
+    if status is None:
+        assert "Test fault tolerant" in output and "Test monitoring" not in output, output
+        return
+    assert status == 0, output
     for step in ("c10d rendezvous backend", "fault tolerant", "monitoring"):
-        assert f"Test {step}" in result.stdout, explain(result)
+        assert f"Test {step}" in output, output
 
 
 def test_accelerates_ddp_comm_hook_passes_on_cpu():

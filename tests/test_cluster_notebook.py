@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from kernel_session import execute_notebook
-from ray_support import local_ray
+from ray_support import shared_ray_cluster  # noqa: F401  (fixture `ray_cluster`: the run's one Ray cluster)
 from slurm_support import local_slurm
 
 nbformat = pytest.importorskip("nbformat")
@@ -22,20 +22,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "08_clusters.ipynb"
 
 
-def test_the_clusters_notebook_gives_the_same_losses_everywhere(tmp_path, monkeypatch):
-    pytest.importorskip("ray", reason="Ray is not installed (pip install ray)")
+def test_the_clusters_notebook_gives_the_same_losses_everywhere(tmp_path, monkeypatch, ray_cluster):
     pytest.importorskip("submitit", reason="submitit is not installed (pip install submitit)")
     local_slurm()
-    with local_ray() as ray_cluster:
-        monkeypatch.setenv("RAY_ADDRESS", ray_cluster.address)
-        nb = nbformat.read(NOTEBOOK, as_version=4)
-        assert all(not cell.get("outputs") for cell in nb.cells if cell.cell_type == "code"), "stored outputs"
-        nb.cells.append(
-            nbformat.v4.new_code_cell(
-                'import json\nprint("FACTS " + json.dumps({"here": list(here), "ray": list(on_ray), "slurm": list(on_slurm)}))'
-            )
+    monkeypatch.setenv("RAY_ADDRESS", ray_cluster.address)
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    assert all(not cell.get("outputs") for cell in nb.cells if cell.cell_type == "code"), "stored outputs"
+    nb.cells.append(
+        nbformat.v4.new_code_cell(
+            'import json\nprint("FACTS " + json.dumps({"here": list(here), "ray": list(on_ray), "slurm": list(on_slurm)}))'
         )
-        took = execute_notebook(nb, tmp_path, 600)
+    )
+    took = execute_notebook(nb, tmp_path, 600)
     text = "".join(out.get("text", "") for cell in nb.cells for out in cell.get("outputs", []))
     facts = json.loads(re.findall(r"^FACTS (.*)$", text, flags=re.M)[-1])
     assert len(facts["here"]) == 2 and len(facts["here"][0]) == 6  # 2 ranks, 6 steps each

@@ -15,6 +15,7 @@ import json
 
 import pytest
 import torch
+from deepspeed_import import import_deepspeed_or_skip
 from noise_floor import (
     assert_losses_within_floor,
     assert_weights_within_floor,
@@ -35,13 +36,8 @@ from trainers import reference_weights
 
 from notebook_launcher import notebook_launch
 
-try:  # imported once here so forked workers inherit it (DeepSpeed's first import costs ~10 s per process)
-    import deepspeed  # noqa: F401
-    import deepspeed.runtime.zero.muon.muon_optimizer  # noqa: F401  (pulls torch._inductor in)
-except Exception as exc:  # pragma: no cover - depends on the machine
-    pytest.skip(
-        f"DeepSpeed cannot be imported here, so these tests cannot run: {exc!r}", allow_module_level=True
-    )
+# imported once here so forked workers inherit it; muon pulls torch._inductor in
+import_deepspeed_or_skip("deepspeed.runtime.zero.muon.muon_optimizer")
 
 TIMEOUT = 300
 

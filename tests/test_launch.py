@@ -1,5 +1,6 @@
 """notebook_launch from plain Python: values, output, failures, cleanup, bad input (issue 3)."""
 
+import gc
 import os
 import signal
 import socket
@@ -222,14 +223,17 @@ def test_repeated_launches_leave_env_signals_and_fds_unchanged():
     env = dict(os.environ)
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)}
     notebook_launch(rank_and_world, num_processes=2, quiet=True)
-    fds = len(os.listdir("/proc/self/fd"))
+    # garbage collected first, both times: an earlier test's unreachable objects closing their files
+    # in between would hide a leak (it adds fds with every launch, 20 here)
+    gc.collect()
+    fds = sorted(os.listdir("/proc/self/fd"))
     for _ in range(20):
         notebook_launch(rank_and_world, num_processes=2, quiet=True)
     assert dict(os.environ) == env
     assert {s: signal.getsignal(s) for s in handlers} == handlers
-    # A leak adds fds with every launch (20 here); fewer is fine: an earlier test's objects that the
-    # garbage collector ended meanwhile close theirs (seen once in the full suite: 18 after, 42 before).
-    assert len(os.listdir("/proc/self/fd")) <= fds
+    gc.collect()
+    after = sorted(os.listdir("/proc/self/fd"))
+    assert len(after) == len(fds), f"file descriptors: {fds} -> {after}"
     assert not psutil.Process().children()
 
 

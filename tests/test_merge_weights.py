@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 import torch
+from deepspeed_import import import_deepspeed_or_skip
 from safetensors.torch import load_file
 from sharded_init_trainers import train_then_save_state
 from sharding_trainers import TinyTransformer
@@ -82,10 +83,7 @@ def test_bad_folders_are_refused_with_what_to_pass(fsdp_checkpoint, tmp_path):
 
 @pytest.mark.slow
 def test_deepspeed_zero3_checkpoint_merges_and_the_folder_can_be_removed(tmp_path):
-    try:
-        import deepspeed  # noqa: F401  (inherited by forked workers)
-    except Exception as exc:  # pragma: no cover - depends on the machine
-        pytest.skip(f"DeepSpeed cannot be imported here: {exc!r}")
+    import_deepspeed_or_skip()  # forked workers inherit it
     folder = tmp_path / "ckpt"
     zero3 = dict(distributed_type="DEEPSPEED", deepspeed_config={"zero_stage": 3})
     weights = notebook_launch(

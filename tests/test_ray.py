@@ -16,18 +16,11 @@ import pytest
 import torch
 from cluster_trainers import alive, all_reduce_and_train, failing_rank_error, recorded_pids, run_forever
 from kernel_session import KernelSession
-from ray_support import local_ray
+from ray_support import shared_ray_cluster  # noqa: F401  (fixture `ray_cluster`: the run's one Ray cluster)
 
 from notebook_launcher import LaunchStopped, RayCluster, notebook_launch, start_launch
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    pytest.importorskip("ray", reason="Ray is not installed (pip install ray; it is in the test extra)")
-    with local_ray() as cluster:
-        yield cluster
 
 
 @pytest.fixture

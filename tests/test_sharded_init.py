@@ -11,6 +11,7 @@ the shards, each rank drawing its own numbers.
 
 import pytest
 import torch
+from deepspeed_import import import_deepspeed_or_skip
 from sharded_init_trainers import init_then_train, ordinary_weights
 
 import notebook_launcher.runtime.strategies.fsdp  # noqa: F401  (imported once, inherited by forked workers)
@@ -154,10 +155,7 @@ def _zero3(**fields):
 
 @pytest.fixture(scope="module")
 def deepspeed_or_skip():
-    try:
-        import deepspeed  # noqa: F401  (imported here so forked workers inherit it)
-    except Exception as exc:  # pragma: no cover - depends on the machine
-        pytest.skip(f"DeepSpeed cannot be imported here: {exc!r}")
+    import_deepspeed_or_skip()  # forked workers inherit it
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from deepspeed_import import import_deepspeed_or_skip
 
 from notebook_launcher import notebook_launch
 from notebook_launcher.estimate.memory_estimate import estimate_memory
@@ -30,10 +31,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def measured():
-    try:
-        import deepspeed  # noqa: F401  (imported here so forked workers inherit it)
-    except Exception as exc:  # pragma: no cover - depends on the machine
-        pytest.skip(f"DeepSpeed cannot be imported here: {exc!r}")
+    import_deepspeed_or_skip()  # forked workers inherit it
     found = {}
     for name, (options, _) in ROWS.items():
         kwargs = dict(SIZE, sharded_init=name != "DDP")

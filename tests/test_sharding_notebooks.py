@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 import pytest
+from deepspeed_import import import_deepspeed_or_skip
 from kernel_session import execute_notebook
 from noise_floor import FLOOR_MULTIPLE, FLOOR_ULPS, assert_losses_within_floor, ulp
 
@@ -100,6 +101,7 @@ def test_fsdp_notebook(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_deepspeed_notebook(tmp_path):
+    import_deepspeed_or_skip()  # skips when it is not installed; a broken install fails here, not in the notebook
     facts, text = run(
         "04_deepspeed.ipynb",
         '{"ok": DEEPSPEED_OK, "why": WHY_NOT, "zero": zero_losses,'

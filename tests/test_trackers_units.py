@@ -148,7 +148,10 @@ def test_a_missing_package_is_skipped_with_one_line(tmp_path, monkeypatch, capsy
         ("tensorbord", r"log_with='tensorbord' is not a tracker.*Did you mean 'tensorboard'\?"),
         (ListTracker, r"got the class ListTracker; pass an instance"),
         (42, r"log_with=42 is not a tracker"),
-        ("tensorboard", r"needs a logging directory: pass Accelerator\(project_dir=\.\.\.\)"),
+        (
+            "tensorboard",
+            r"Logging with `tensorboard` requires a `logging_dir`.*pass Accelerator\(project_dir=\.\.\.\)",
+        ),
     ],
 )
 def test_bad_log_with_says_what_to_pass(log_with, message):

@@ -26,7 +26,11 @@ def str_to_bool(value: str, to_bool: bool = False) -> int | bool:
 
 def parse_flag_from_env(key: str, default: bool = False) -> bool:
     """The boolean an environment variable spells (ACCELERATE_USE_CPU=true), else default."""
-    return str_to_bool(os.environ.get(key, str(default))) == 1
+    value = os.environ.get(key, str(default))
+    try:
+        return str_to_bool(value) == 1
+    except ValueError as error:
+        raise ValueError(f"{key}: {error}") from None
 
 
 def parse_choice_from_env(key: str, default: str = "no") -> str:

@@ -1,10 +1,11 @@
-"""Small helpers `accelerate.utils` users call directly: a barrier, unwrapping a model, patching the
-environment for a block, and checks for optional packages."""
+"""Small helpers `accelerate.utils` users call directly: a barrier, unwrapping a model, patching or
+clearing the environment for a block, and checks for optional packages."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,6 +45,19 @@ def patch_environment(**kwargs: Any) -> Iterator[None]:
     """Set upper-cased environment variables for the block, then restore exactly what was there."""
     with patched_environ({key.upper(): str(value) for key, value in kwargs.items()}):
         yield
+
+
+@contextlib.contextmanager
+def clear_environment() -> Iterator[None]:
+    """Accelerate's: the block runs with an empty os.environ (e.g. to read settings from variables it
+    sets itself, with nothing inherited); every variable is back as it was afterwards."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def _installed(name: str) -> bool:

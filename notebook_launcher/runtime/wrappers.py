@@ -22,7 +22,8 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.optimizer = optimizer
         self.precision = precision
         self.gradient_state = gradient_state
-        self._step_was_skipped = False
+        # Accelerate's name: its scheduler (and its tests) read and set it to mark an overflowed step
+        self._is_overflow = False
 
     # Delegated attributes that torch (schedulers, clip utilities) reads directly.
     @property
@@ -68,13 +69,13 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
             self._step(kwargs)
 
     def _step(self, kwargs: dict[str, Any]) -> None:
-        self._step_was_skipped = self.precision.optimizer_step(self.optimizer, **kwargs)
+        self._is_overflow = self.precision.optimizer_step(self.optimizer, **kwargs)
         preemption.agree(self.precision.device)  # every rank meets here: agree on a preemption request
 
     @property
     def step_was_skipped(self) -> bool:
         """Whether the last step was skipped because fp16 gradients overflowed."""
-        return self._step_was_skipped
+        return self._is_overflow
 
     def state_dict(self) -> dict[str, Any]:
         return self.optimizer.state_dict()

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from ...errors import AcceleratorError
+from ...errors import AcceleratorError, AcceleratorValueError
 from .. import memory_phases, ops
 from ..compile import compile_model
 from ..data import DataLoaderShard, GradientState
@@ -81,7 +81,7 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, 
     ) -> None:
         accelerator_config.check_removed_arguments(removed, Accelerator.__init__)
         if deepspeed_plugin is not None and deepspeed_plugins is not None:
-            raise AcceleratorError("Accelerator() got deepspeed_plugin and deepspeed_plugins; pass one.")
+            raise AcceleratorValueError("Accelerator() got deepspeed_plugin and deepspeed_plugins; pass one.")
         settings = accelerator_config.resolve(
             split_batches=split_batches,
             mixed_precision=mixed_precision,
@@ -156,7 +156,7 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, 
     def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
         """Wrap models, optimizers, data loaders, schedulers (any order); other objects pass through."""
         if device_placement is not None and len(device_placement) != len(args):
-            raise AcceleratorError(
+            raise AcceleratorValueError(
                 f"device_placement has {len(device_placement)} entries for {len(args)} objects; give one per object."
             )
         placements = device_placement or [self.device_placement] * len(args)

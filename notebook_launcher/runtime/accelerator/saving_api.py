@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from ...errors import AcceleratorError
+from ...errors import AcceleratorError, AcceleratorValueError
 from .. import memory_phases, telemetry
 from ..checkpointing import checkpoint, model_files, naming
 from ..checkpointing.safe_files import save_safetensors
@@ -77,12 +77,19 @@ class SavingAPI:
         return written[-1] if written else default
 
     def register_for_checkpointing(self, *objects: Any) -> None:
-        """Include objects with state_dict()/load_state_dict() in save_state and load_state."""
-        for obj in objects:
-            if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
-                raise AcceleratorError(
-                    f"{type(obj).__name__} cannot be checkpointed: it needs state_dict() and load_state_dict()."
-                )
+        """Include objects with state_dict()/load_state_dict() in save_state and load_state. Every object
+        that lacks them is named, by its position, in one ValueError (Accelerate's wording)."""
+        invalid = [
+            f"Item at index {index}, {type(obj).__name__}"
+            for index, obj in enumerate(objects)
+            if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict"))
+        ]
+        if invalid:
+            raise AcceleratorValueError(
+                "register_for_checkpointing: every object needs state_dict() and load_state_dict() to be "
+                f"saved and loaded; these have not: {'; '.join(invalid)}. Register the model, optimizer "
+                "or an object of yours that defines both."
+            )
         self._custom_objects.extend(objects)
 
     def register_save_state_pre_hook(self, hook: Callable[..., None]) -> RemovableHandle:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...config import LaunchConfig, config_from_env
-from ...errors import AcceleratorError, ConfigError, closest
+from ...errors import AcceleratorError, AcceleratorValueError, ConfigError, closest
 from .configurations import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
 from .kwargs import (
     AutocastKwargs,
@@ -227,6 +227,6 @@ def _index_handlers(handlers: list[Any]) -> dict[type, Any]:
                 f"Unsupported kwargs handler {handler!r}; use one of {[k.__name__ for k in HANDLER_KINDS]}."
             )
         if kind in out:
-            raise AcceleratorError(f"Two {kind.__name__} handlers were given; pass each kind once.")
+            raise AcceleratorValueError(f"Two {kind.__name__} handlers were given; pass each kind once.")
         out[kind] = handler
     return out

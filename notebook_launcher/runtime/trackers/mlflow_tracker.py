@@ -12,6 +12,7 @@ import os
 import sys
 from typing import Any
 
+from ..probes import parse_flag_from_env
 from .base import ResumableTracker, on_main_process
 
 
@@ -40,7 +41,9 @@ class MLflowTracker(ResumableTracker):
         self.logging_dir = logging_dir
         self.run_id = os.environ.get("MLFLOW_RUN_ID", run_id)
         self.tags = json.loads(tags) if isinstance(tags, str) else tags
-        self.nested_run = os.environ.get("MLFLOW_NESTED_RUN", nested_run)
+        # the variable is read as a yes/no flag, so MLFLOW_NESTED_RUN=false turns nesting off (Accelerate's)
+        nested_flag = "MLFLOW_NESTED_RUN" in os.environ
+        self.nested_run = parse_flag_from_env("MLFLOW_NESTED_RUN") if nested_flag else nested_run
         self.description = description
         self._dropped: set[str] = set()
 

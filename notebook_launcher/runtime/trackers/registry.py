@@ -111,8 +111,8 @@ def resolve_log_with(
             missing.append(name)
             continue
         if LOGGER_TYPE_TO_CLASS[name].requires_logging_directory and logging_dir is None:
-            raise ConfigError(
-                f"log_with={name!r} writes files and needs a logging directory: pass "
+            raise ConfigError(  # Accelerate's sentence first (its tests and users match it), then the fix
+                f"Logging with `{name}` requires a `logging_dir` to be passed in: pass "
                 "Accelerator(project_dir=...) or project_config=ProjectConfiguration(logging_dir=...)."
             )
         chosen.append(LoggerType(name) if name in LoggerType else name)
