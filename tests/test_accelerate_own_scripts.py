@@ -109,6 +109,7 @@ def test_every_script_ran_to_its_end_and_nothing_else_ran(ours):
 
 
 @pytest.mark.slow
+@pytest.mark.control
 def test_control_real_accelerate_passes_the_same_subtests(tmp_path):
     found, output = run_scripts("accelerate", tmp_path)
     ran = {n: r for n, r in found.items() if r[0][0] != "SKIP"}
