@@ -68,6 +68,43 @@ def test_every_third_party_import_is_a_dependency_or_an_extra():
         assert requirement in deps, f"{requirement} is imported at run time but not a dependency"
 
 
+def test_the_oldest_versions_job_pins_every_declared_floor():
+    """.ci/oldest-constraints.txt pins each lower bound pyproject.toml declares (dependencies and the
+    unpinned ranges of the test and notebooks extras), so CI's oldest job tests the floors we claim."""
+    pins = {}
+    for line in (ROOT / ".ci" / "oldest-constraints.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, version = line.split("==")
+            pins[name.lower().replace("_", "-")] = version
+    declared = list(PYPROJECT["project"]["dependencies"])
+    for extra in ("test", "notebooks"):
+        declared += PYPROJECT["project"]["optional-dependencies"][extra]
+    untestable = {  # why a declared floor is not pinned there
+        "transformers": "the test extra pins transformers 5.25.0, so [notebooks]' floor cannot sit beside it",
+        "ruff": "a developer's linter: neither the package nor its tests import it",
+    }
+    floors = {}
+    for requirement in declared:
+        found = re.match(r"^([A-Za-z0-9_.\-]+)\s*>=\s*([0-9.]+)", requirement)
+        if found and found.group(1).lower() not in ("torch", *untestable):  # torch: .ci/run's TORCH_VERSION
+            floors[found.group(1).lower().replace("_", "-")] = found.group(2)
+
+    def same(a: str, b: str) -> bool:
+        return [int(x) for x in a.split(".")] + [0] * 3 >= [int(x) for x in b.split(".")] and (
+            [int(x) for x in b.split(".")] + [0] * 3 >= [int(x) for x in a.split(".")]
+        )
+
+    wrong = {
+        name: (floor, pins.get(name))
+        for name, floor in floors.items()
+        if not (name in pins and same(pins[name], floor))
+    }
+    assert not wrong, f"declared floor vs .ci/oldest-constraints.txt pin: {wrong}"
+    torch_floor = re.search(r"torch>=([0-9.]+)", " ".join(PYPROJECT["project"]["dependencies"])).group(1)
+    assert f"TORCH_VERSION={torch_floor}" in (ROOT / ".ci" / "run").read_text()
+
+
 def test_the_version_lives_in_one_place():
     import notebook_launcher
     from notebook_launcher._version import __version__
