@@ -3,6 +3,7 @@
 #
 #   sudo bash scripts/fresh_machine_check.sh root    # as root in the fresh root
 #   sudo bash scripts/fresh_machine_check.sh user    # as a normal user who has sudo
+#   FRESH_SECOND=1 sudo bash scripts/fresh_machine_check.sh root   # then README's second command too
 #
 # debootstrap makes a minimal Debian 12 root from Debian's archive with only python3, git and
 # ca-certificates (plus sudo and a user in the 'user' mode), the committed checkout is cloned into it,
@@ -25,6 +26,7 @@ BASE=${FRESH_BASE:-/var/tmp/notebook-launcher-bookworm-base.tar}  # debootstrap'
 ROOT=$(mktemp -d /var/tmp/notebook-launcher-fresh.XXXXXX)
 chmod 755 "$ROOT"  # mktemp made it 0700: it is the chroot's /, which every user must traverse
 COMMAND=$(grep -m1 -E '^bash scripts/install\.sh && ' "$REPO/README.md" | sed -E 's/[[:space:]]+# 1\..*$//')
+SECOND=$(grep -m1 -E '^[^#]*[[:space:]]+# 2\. ' "$REPO/README.md" | sed -E 's/[[:space:]]+# 2\..*$//')
 [ -n "$COMMAND" ] || { echo "$0: README.md has no first command ('bash scripts/install.sh && ...')" >&2; exit 2; }
 
 mounted=()
@@ -85,4 +87,15 @@ else
     in_root bash -lc "$run" || status=$?
 fi
 echo "fresh_machine_check ($MODE): exit $status after $((SECONDS - start)) s; venv $(du -sh "$ROOT$HOME_DIR/notebook_launcher/.venv" 2>/dev/null | cut -f1)"
+if [ "$status" = 0 ] && [ -n "${FRESH_SECOND:-}" ]; then
+    echo "fresh_machine_check ($MODE): \$ $SECOND"
+    run2="cd ~/notebook_launcher && $SECOND"
+    start=$SECONDS
+    if [ "$MODE" = user ]; then
+        chroot "$ROOT" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 su - newcomer -c "$run2" || status=$?
+    else
+        in_root bash -lc "$run2" || status=$?
+    fi
+    echo "fresh_machine_check ($MODE): second command exit $status after $((SECONDS - start)) s"
+fi
 exit "$status"
