@@ -52,6 +52,9 @@ else
 fi
 chmod 755 "$ROOT"  # again: the root's own mode as the archive recorded it
 cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+# What Debian's installer writes and debootstrap does not: without it "localhost" resolves nowhere
+[ -e "$ROOT/etc/hosts" ] || printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n' \
+    "$(hostname)" >"$ROOT/etc/hosts"
 if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
     cp /usr/local/share/ca-certificates/*.crt "$ROOT/usr/local/share/ca-certificates/"
     chroot "$ROOT" update-ca-certificates >/dev/null 2>&1
