@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install torch into the Python given as $1 — the one place that decides which build a machine gets:
 #   - a machine with an NVIDIA driver (nvidia-smi or /proc/driver/nvidia): PyPI's torch, the CUDA
-#     build (about 2.5 GB of downloads: torch plus its nvidia-* wheels);
-#   - any other machine: the CPU build (about 200 MB), `torch==X+cpu`. pip first looks where it is
+#     build (2.6 GB of downloads for 2.13.0: torch plus its nvidia-* and triton wheels);
+#   - any other machine: the CPU build (192 MB for 2.13.0), `torch==X+cpu`. pip first looks where it is
 #     configured to look (a machine whose pip points at a local folder of CPU wheels uses that one,
 #     and nothing is downloaded); otherwise from PyTorch's own CPU wheel index,
 #     https://download.pytorch.org/whl/cpu (PyPI has no CPU-only build for Linux x86-64).
@@ -19,11 +19,11 @@ CPU_INDEX=https://download.pytorch.org/whl/cpu
 pip=("$PYTHON" -m pip install --quiet --no-compile)
 
 if [ "${TORCH_BUILD:-}" = pypi ] || command -v nvidia-smi >/dev/null 2>&1 || [ -e /proc/driver/nvidia/version ]; then
-    echo "install_torch: torch==$VERSION from PyPI (the CUDA build, ~2.5 GB; it runs on a CPU too)"
+    echo "install_torch: torch==$VERSION from PyPI (the CUDA build, 2.6 GB for 2.13.0; it runs on a CPU too)"
     "${pip[@]}" "torch==$VERSION"
 elif "${pip[@]}" "torch==$VERSION+cpu" 2>/dev/null; then
     echo "install_torch: torch==$VERSION+cpu (CPU build) from pip's configured sources"
 else
-    echo "install_torch: no NVIDIA driver: torch==$VERSION+cpu (CPU build, ~200 MB) from $CPU_INDEX"
+    echo "install_torch: no NVIDIA driver: torch==$VERSION+cpu (CPU build, 192 MB for 2.13.0) from $CPU_INDEX"
     "${pip[@]}" "torch==$VERSION+cpu" --extra-index-url "$CPU_INDEX"
 fi
