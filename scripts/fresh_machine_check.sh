@@ -92,7 +92,7 @@ fi
 echo "fresh_machine_check ($MODE): exit $status after $((SECONDS - start)) s; venv $(du -sh "$ROOT$HOME_DIR/notebook_launcher/.venv" 2>/dev/null | cut -f1)"
 if [ "$status" = 0 ] && [ -n "${FRESH_SECOND:-}" ]; then
     echo "fresh_machine_check ($MODE): \$ $SECOND"
-    run2="cd ~/notebook_launcher && $SECOND"
+    run2="cd ~/notebook_launcher && export PIP_FIND_LINKS=/opt/wheels && $SECOND"  # the wheel test's venv too
     start=$SECONDS
     if [ "$MODE" = user ]; then
         chroot "$ROOT" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 su - newcomer -c "$run2" || status=$?
