@@ -30,9 +30,13 @@ SECOND=$(grep -m1 -E '^[^#]*[[:space:]]+# 2\. ' "$REPO/README.md" | sed -E 's/[[
 [ -n "$COMMAND" ] || { echo "$0: README.md has no first command ('bash scripts/install.sh && ...')" >&2; exit 2; }
 
 mounted=()
-cleanup() {
+cleanup() {  # never changes the exit status: what the command did is the result
+    local pid
+    for pid in /proc/[0-9]*; do  # daemons a test started inside the root (munged, slurmctld, ...)
+        [[ "$(readlink "$pid/root" 2>/dev/null)" == "$ROOT"* ]] && kill -9 "${pid#/proc/}" 2>/dev/null
+    done
     for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount -l "${mounted[$i]}" 2>/dev/null || true; done
-    rm -rf --one-file-system "$ROOT"
+    rm -rf --one-file-system "$ROOT" 2>/dev/null || true
 }
 trap cleanup EXIT
 mount_in() { mount "$@"; mounted+=("${!#}"); }
