@@ -71,6 +71,8 @@ def test_every_third_party_import_is_a_dependency_or_an_extra():
 def test_the_oldest_versions_job_pins_every_declared_floor():
     """.ci/oldest-constraints.txt pins each lower bound pyproject.toml declares (dependencies and the
     unpinned ranges of the test and notebooks extras), so CI's oldest job tests the floors we claim."""
+    from packaging.version import Version  # 2.1 == 2.1.0
+
     pins = {}
     for line in (ROOT / ".ci" / "oldest-constraints.txt").read_text().splitlines():
         line = line.split("#", 1)[0].strip()
@@ -90,15 +92,10 @@ def test_the_oldest_versions_job_pins_every_declared_floor():
         if found and found.group(1).lower() not in ("torch", *untestable):  # torch: .ci/run's TORCH_VERSION
             floors[found.group(1).lower().replace("_", "-")] = found.group(2)
 
-    def same(a: str, b: str) -> bool:
-        return [int(x) for x in a.split(".")] + [0] * 3 >= [int(x) for x in b.split(".")] and (
-            [int(x) for x in b.split(".")] + [0] * 3 >= [int(x) for x in a.split(".")]
-        )
-
     wrong = {
         name: (floor, pins.get(name))
         for name, floor in floors.items()
-        if not (name in pins and same(pins[name], floor))
+        if not (name in pins and Version(pins[name]) == Version(floor))
     }
     assert not wrong, f"declared floor vs .ci/oldest-constraints.txt pin: {wrong}"
     torch_floor = re.search(r"torch>=([0-9.]+)", " ".join(PYPROJECT["project"]["dependencies"])).group(1)

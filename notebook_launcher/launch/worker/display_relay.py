@@ -79,7 +79,7 @@ def patch_display_functions(module: ModuleType) -> None:
     original_display = module.display
     original_clear_output = module.clear_output
 
-    def display(
+    def relay_display(
         *objs: Any,
         include: Any = None,
         exclude: Any = None,
@@ -90,18 +90,6 @@ def patch_display_functions(module: ModuleType) -> None:
         clear: bool = False,
         **kwargs: Any,
     ) -> Any:
-        if _shell_formats():
-            return original_display(
-                *objs,
-                include=include,
-                exclude=exclude,
-                metadata=metadata,
-                transient=transient,
-                display_id=display_id,
-                raw=raw,
-                clear=clear,
-                **kwargs,
-            )
         transient = dict(transient or {})
         if display_id:
             transient["display_id"] = uuid.uuid4().hex if display_id is True else display_id
@@ -121,6 +109,10 @@ def patch_display_functions(module: ModuleType) -> None:
         if display_id:
             return module.DisplayHandle(transient["display_id"])
         return None
+
+    def display(*objs: Any, **kwargs: Any) -> Any:
+        """IPython's display() where a live shell formats; else the relay's own formatting."""
+        return (original_display if _shell_formats() else relay_display)(*objs, **kwargs)
 
     def clear_output(wait: bool = False) -> None:
         if _shell_formats():
