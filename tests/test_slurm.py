@@ -219,23 +219,12 @@ def _wait_for_checkpoints(handle, project, count: int, timeout: float = 180.0) -
 
 
 def _preempt(job: str) -> None:
-    """What SLURM sends before preempting a job (SIGTERM, then submitit's USR2), and the requeue at once."""
+    """What SLURM sends before preempting a job: SIGTERM, then submitit's USR2. The requeued job
+    waits the local SLURM's cred_expire (10 s, scripts/slurm/start.sh) before it starts again, as any
+    SLURM holds one (120 s by default): a credential made in the same second as the old one's
+    revocation is refused ("Job credential revoked", the job ends FAILED), so it is never started early."""
     for sig in ("TERM", "USR2"):
         subprocess.run(["scancel", f"--signal={sig}", job], check=True)
-    _start_requeued_now(job)
-
-
-def _start_requeued_now(job: str, timeout: float = 120.0) -> None:
-    """SLURM holds a requeued job for about 2 minutes (its begin time); let it start at once."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = subprocess.run(
-            ["squeue", "-h", "-j", job, "-o", "%T %r"], capture_output=True, text=True
-        ).stdout
-        if state.startswith("PENDING"):
-            subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True)
-            return
-        time.sleep(0.5)
 
 
 def _wait_for_pids(folder, handle=None, timeout: float = 180.0) -> None:

@@ -61,6 +61,7 @@ WANTED=$(cat <<CONF
 ClusterName=notebook-launcher
 SlurmctldHost=$HOST(127.0.0.1)
 AuthType=auth/munge
+AuthInfo=cred_expire=10
 CredType=cred/munge
 SlurmUser=root
 SlurmdUser=root
@@ -81,6 +82,7 @@ MpiDefault=none
 SwitchType=switch/none
 LaunchParameters=use_interactive_step
 SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2,bf_interval=2
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 ReturnToService=2
