@@ -162,6 +162,66 @@ def test_clusters_need_no_notebook_cli_or_runtime():
     assert _violations("clusters", forbidden) == []
 
 
+# Where launch/ may reach the runtime: where a worker runs (its child side, num_processes=1 in the
+# kernel) or is preloaded for forking; always at function level (the kernel's side stays torch-free).
+# warm/preload.py is the exception at module level: the warm pool's server imports it, never the kernel.
+LAUNCH_RUNTIME_DOORS = ("launch/worker/", "launch/in_process.py", "launch/warm/")
+SERVER_PRELOAD = "notebook_launcher/launch/warm/preload.py "
+
+
+def _launch_runtime_violations() -> list[str]:
+    bad = [
+        found
+        for found in _violations("launch", ("notebook_launcher.runtime",), module_level_only=True)
+        if not found.startswith(SERVER_PRELOAD)
+    ]
+    for found in _violations("launch", ("notebook_launcher.runtime",)):
+        if not any(found.startswith(f"notebook_launcher/{door}") for door in LAUNCH_RUNTIME_DOORS):
+            bad.append(found)
+    return sorted(set(bad))
+
+
+def test_the_launcher_reaches_the_runtime_only_where_a_worker_runs():
+    """The kernel's side reads workers' records from records/, never the runtime (which imports
+    torch): launch -> runtime only in LAUNCH_RUNTIME_DOORS, inside functions."""
+    assert _launch_runtime_violations() == []
+
+
+def test_records_stand_alone():
+    """records/ is what both sides read and write: stdlib only, nothing of the package, no torch."""
+    modules = {_dotted(path): path for path in _modules()}
+    bad = [
+        f"{path.relative_to(PACKAGE.parent)} imports {name}"
+        for module, path in modules.items()
+        if _room(module) == "records"
+        for name, _ in _imports(path)
+        if (name.startswith("notebook_launcher") and _room(name) != "records")
+        or name.split(".")[0] == "torch"
+    ]
+    assert bad == []
+
+
+def test_the_checker_sees_the_launcher_reaching_the_runtime(tmp_path, monkeypatch):
+    _plant(
+        tmp_path,
+        monkeypatch,
+        {
+            "launch/faults/watch.py": "from ...runtime.world import collective_log\n",
+            "launch/worker/entry.py": "from ...runtime import telemetry\n",
+            "launch/warm/warmup.py": "def warm():\n    import notebook_launcher.runtime\n",
+            "records/activity.py": "import torch\nfrom ..system import network\n",
+        },
+    )
+    assert _launch_runtime_violations() == [
+        "notebook_launcher/launch/faults/watch.py imports notebook_launcher.runtime.world",
+        "notebook_launcher/launch/faults/watch.py imports notebook_launcher.runtime.world.collective_log",
+        "notebook_launcher/launch/worker/entry.py imports notebook_launcher.runtime",
+        "notebook_launcher/launch/worker/entry.py imports notebook_launcher.runtime.telemetry",
+    ]
+    with pytest.raises(AssertionError, match="records/activity.py imports torch"):
+        test_records_stand_alone()
+
+
 # ---- the module graph: no circles, function-level imports counted ------------------------------
 MAX_MODULES_PER_FOLDER = 12
 

@@ -133,7 +133,10 @@ def test_env_contract_precedence_debug_and_busy_port(tmp_path):
         assert config["distributed_type"] == "MULTI_CPU" and config["num_processes"] == 2  # detected
         assert config["debug"] is True
         assert config["main_process_port"] == int(report["MASTER_PORT"])
-    assert f"port {busy_port} is in use; using free port {reports[0]['MASTER_PORT']}" in result.stderr
+    assert (
+        f"port {busy_port} is in use on this machine; using a free port ({reports[0]['MASTER_PORT']}) instead"
+        in result.stderr
+    )
     assert "resolved config" in result.stderr and "mixed_precision: bf16" in result.stderr
     assert f"rendezvous: backend=static endpoint=127.0.0.1:{reports[0]['MASTER_PORT']}" in result.stderr
     assert "TORCH_DISTRIBUTED_DEBUG=DETAIL" in result.stderr

@@ -279,7 +279,7 @@ def _stack(*frames: tuple[str, int, str]) -> str:
 
 def test_the_verdict_falls_back_on_the_stack_for_ddps_uncounted_collectives():
     from notebook_launcher.launch.faults.hang_report import RankState, judge, user_frames_first
-    from notebook_launcher.runtime.world.collective_log import IDLE, Activity
+    from notebook_launcher.records.activity import IDLE, Activity
 
     torch_file = "/venv/lib/python3.11/site-packages/torch/autograd/graph.py"
     launcher_file = "/venv/lib/python3.11/site-packages/notebook_launcher/runtime/accelerator/facade.py"

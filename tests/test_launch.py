@@ -262,13 +262,37 @@ def test_unpicklable_argument_under_spawn_names_the_object():
     assert not psutil.Process().children()
 
 
-def test_port_in_use_is_a_clear_error():
+def test_a_busy_port_on_one_machine_is_replaced_and_said(capsys):
+    """The one port rule (system/network.rendezvous_port), as the CLI applies it too: nothing off this
+    machine dials the port, so a busy one gives way to a free one, said in a line."""
     with socket.socket() as s:
         s.bind(("", 0))
         s.listen()
         port = s.getsockname()[1]
-        with pytest.raises(ConfigError, match=f"master_port={port} is already in use"):
-            notebook_launch(rank_and_world, num_processes=2, master_port=port)
+        result = notebook_launch(rank_and_world, num_processes=2, master_port=port)
+    assert [value[:2] for value in result] == [(0, 2), (1, 2)]
+    assert (
+        f"notebook_launch: port {port} is in use on this machine; using a free port instead."
+        in capsys.readouterr().out
+    )
+    assert not psutil.Process().children()
+
+
+def test_a_busy_port_on_machine_0_of_several_is_a_clear_error():
+    """Over several machines every machine dials the number: machine 0 cannot silently change it."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(ConfigError, match=f"main_process_port={port} is already in use on this machine"):
+            notebook_launch(
+                rank_and_world,
+                num_processes=1,
+                num_nodes=2,
+                node_rank=0,
+                master_addr="127.0.0.1",
+                master_port=port,
+            )
     assert not psutil.Process().children()
 
 

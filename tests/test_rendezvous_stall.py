@@ -23,7 +23,7 @@ from notebook_launcher.launch.faults.rendezvous_watch import (
     stall_seconds,
 )
 from notebook_launcher.launch.result import RendezvousStalled
-from notebook_launcher.runtime.world.collective_log import IDLE, RENDEZVOUS, Activity
+from notebook_launcher.records.activity import IDLE, RENDEZVOUS, Activity
 
 STALL = 3.0  # seconds every rank waits together before the launcher gives up on that start
 

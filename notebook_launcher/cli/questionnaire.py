@@ -20,6 +20,7 @@ from ..config.sections import (
     FSDP_WRAP_POLICIES,
     OFFLOAD_DEVICES,
 )
+from ..system.network import DEFAULT_PORT
 from .flags import UsageError, boolean, choice, count, gpu_ids, layer_classes, port, positive_float
 
 _REQUIRED = object()
@@ -85,7 +86,7 @@ def ask_config(asker: Asker, hardware: Any) -> LaunchConfig:
         )
         data["main_process_ip"] = asker.ask("What is the IP address of machine 0?", _text)
         data["main_process_port"] = asker.ask(
-            "Which port on machine 0 should the rendezvous use?", port, 29500
+            "Which port on machine 0 should the rendezvous use?", port, DEFAULT_PORT
         )
         data["rdzv_backend"] = asker.ask(
             "Which rendezvous backend (static, c10d)?", choice(RDZV_BACKENDS), "static"

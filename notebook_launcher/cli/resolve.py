@@ -23,11 +23,9 @@ from typing import Any
 
 from ..config import LaunchConfig, default_config_path, load_config
 from ..errors import ConfigError, install_hint
+from ..system.network import DEFAULT_PORT, LOOPBACK
 from ..system.schedulers import batch_job, slurm_step
 from .flags import DEEPSPEED_FLAGS, FLAGS, FSDP_FLAGS, UsageError
-
-DEFAULT_PORT = 29500
-LOCALHOST = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -194,7 +192,7 @@ def fill_detected(config: LaunchConfig, hardware: Any) -> LaunchConfig:
         )
     _check_precision(config, hardware, on_gpu)
     check_without_hardware(config)
-    ip = config.main_process_ip or LOCALHOST
+    ip = config.main_process_ip or LOOPBACK
     port = DEFAULT_PORT if config.main_process_port is None else config.main_process_port
     return config.replace(
         num_processes=num_processes,

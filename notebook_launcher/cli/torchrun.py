@@ -26,9 +26,9 @@ from ..config import LaunchConfig, config_to_env, patched_environ, to_file_dict
 from ..config.env import GRACEFUL_PREEMPTION_ENV
 from ..errors import ConfigError, NetworkError
 from ..estimate.performance import REPORT_ENV, PerformanceReport
-from ..system.network import free_port, port_is_free, wait_for_main, workers_interface_env
+from ..system.network import LOOPBACK, free_port, rendezvous_port, wait_for_main, workers_interface_env
 from ..system.private_files import RUN_DIR_ENV, make_private_dir
-from ..system.store import ALL_INTERFACES, LOOPBACK, file_rendezvous_env, host_store, store_bind_address
+from ..system.store import ALL_INTERFACES, file_rendezvous_env, host_store, store_bind_address
 from .bootstrap import LAUNCHER_PID_ENV
 from .machines import MachinesMissing, bounded_exit_installed
 
@@ -68,21 +68,13 @@ class RunPlan:
 
 
 def choose_port(config: LaunchConfig, notes: list[str]) -> int:
-    """The rendezvous port: as configured, or a free one on a single machine when 0 or busy."""
-    port = int(config.main_process_port or 0)
-    if config.num_machines == 1:
-        if port == 0:
-            return free_port()
-        if not port_is_free(port):
-            chosen = free_port()
-            notes.append(f"port {port} is in use; using free port {chosen} instead.")
-            return chosen
-        return port
-    if config.machine_rank == 0 and not port_is_free(port):
-        raise ConfigError(
-            f"main_process_port={port} is already in use on this machine (machine 0 hosts the rendezvous); "
-            "pass a free --main_process_port, the same on every machine."
-        )
+    """The rendezvous port by the one rule (system/network.rendezvous_port); torchrun needs a
+    number, so "any free port" becomes one here."""
+    port, note = rendezvous_port(config.main_process_port, config.num_machines, config.machine_rank)
+    if port == 0:
+        port = free_port()
+        if note:
+            notes.append(f"{note.removesuffix(' instead.')} ({port}) instead.")
     return port
 
 

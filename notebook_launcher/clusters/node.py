@@ -24,6 +24,7 @@ from ..launch.events import OutputLine
 from ..launch.planning import LaunchPlan
 from ..launch.result import LaunchStopped, LaunchTimeout, RankFailure, WorkerError
 from ..launch.supervise.supervisor import Supervisor
+from ..system.network import LOOPBACK
 
 
 @dataclass
@@ -79,10 +80,10 @@ class NodeRun:
             num_machines=job.num_nodes,
             machine_rank=job.node_rank,
             num_processes=job.nproc * job.num_nodes,
-            main_process_ip=job.master_addr if multi else "127.0.0.1",
+            main_process_ip=job.master_addr if multi else LOOPBACK,
             main_process_port=job.master_port if multi else 0,  # one node: any free port
         )
-        addr, port, store = planning.rendezvous(cfg, job.num_nodes)
+        addr, port, store = planning.rendezvous(cfg, job.num_nodes, say=say)
         cfg = cfg.replace(main_process_ip=addr, main_process_port=port)
         network_env, reach_main = planning.machine_network(cfg, say) if multi else ({}, None)
         method = "fork" if threading.active_count() == 1 else "spawn"

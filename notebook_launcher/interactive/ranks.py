@@ -241,7 +241,7 @@ def plan_group(
         from ..launch.warm.warmup import warm_up
 
         warm_up(cfg)
-    addr, port, store = planning.rendezvous(cfg, 1)
+    addr, port, store = planning.rendezvous(cfg, 1, say=say)
     specs = planning.make_specs(cfg, nproc, (addr, port), None)
     return planning.plan_started_by(
         method, specs=specs, target=None, world_size=nproc, config=cfg, store=store

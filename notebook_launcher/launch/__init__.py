@@ -7,8 +7,10 @@ workers (supervise/), run the child's side (worker/), handle what goes wrong (fa
 as IPython would (traceback_view.py, colour.py). Events (events.py) feed observers such as the
 RunView.
 
-Imports: config, system, estimate, errors; the runtime only inside workers and for the collective
-records. Imported by the public face, widgets, clusters and interactive. Never by runtime or cli.
+Imports: config, system, estimate, records, errors; the runtime only at function level, where a
+worker runs (worker/, in_process.py) or is preloaded (warm/). No torch at import, nor for a launch
+whose function needs none (issue 34). Imported by the public face, widgets, clusters and
+interactive. Never by runtime or cli.
 Never imports the widgets: view=True asks view_factory.py for the view the public face registered.
 """
 
@@ -24,11 +26,6 @@ from .result import (
     WorkerError,
 )
 from .warm.pool import release_warm_pool
-
-try:  # WorkerError as torch elastic's ChildFailedError too (child_failed.py registers it)
-    from . import child_failed  # noqa: F401
-except ImportError:  # no torch.distributed: a plain WorkerError still says everything
-    pass
 
 __all__ = [
     "LaunchInterrupted",

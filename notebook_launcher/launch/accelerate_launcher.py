@@ -14,7 +14,8 @@ fields {role_name}, {rank}, {local_rank}).
 
 Where the two differ: num_processes=None uses every GPU (or 2 CPU processes) instead of raising;
 the default use_port="29500" on one machine means "any free port" (two launches in a row never
-collide); rdzv_conf and rdzv_id are not needed (the launcher hosts the rendezvous store); node_rank
+collide), and any busy port there is replaced by a free one, said in the cell (the one rule of
+system/network.rendezvous_port, the same for every entry); rdzv_conf and rdzv_id are not needed (the launcher hosts the rendezvous store); node_rank
 is kept under c10d (torch's c10d hands node ranks out by arrival).
 """
 
@@ -24,10 +25,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import ConfigError
+from ..system.network import DEFAULT_PORT, LOOPBACK
 from .notebook import notebook_launch
 from .result import LaunchResult
 
-_DEFAULT_PORT = "29500"
+_DEFAULT_PORT = str(DEFAULT_PORT)  # Accelerate's default use_port: on one machine, "any free port"
 
 
 def _port(use_port: str | int | None, num_nodes: int) -> int | None:
@@ -58,7 +60,7 @@ def notebook_launcher(
     num_processes: int | None = None,
     mixed_precision: str = "no",
     use_port: str = _DEFAULT_PORT,
-    master_addr: str = "127.0.0.1",
+    master_addr: str = LOOPBACK,
     node_rank: int = 0,
     num_nodes: int = 1,
     rdzv_backend: str = "static",

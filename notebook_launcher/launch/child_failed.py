@@ -1,39 +1,47 @@
 """WorkerError as torch elastic's ChildFailedError too, so code written for Accelerate's
 notebook_launcher (`except ChildFailedError`) catches our failures.
 
-Imported by the launch package (launch/__init__.py), which already needs torch; it registers its
-class as result.WorkerError.flavour, which every `WorkerError(...)` then makes. The public face
-stays torch-free: `import notebook_launcher` loads no launch module.
+Built by result.py the first time a WorkerError is made in a process that has already loaded torch:
+code that catches ChildFailedError imported torch to name it, and a kernel that never imported torch
+has no such class to catch. So the launcher never imports torch for it (issue 34), and this module
+imports nothing of the package (result.py asks it, with its own class as the base).
 """
 
 from __future__ import annotations
 
-from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
-
-from . import result
+from typing import Any
 
 _NO_ERROR_FILE = "<N/A>"  # torch's own placeholder: our traceback comes through the pipe, not a file
 
 
-class WorkerError(result.WorkerError, ChildFailedError):
-    """The WorkerError every launch raises (named so in the cell); also a ChildFailedError with
-    torch's `.name` and `.failures` ({rank: ProcessFailure}) for code that reads them."""
+def elastic_subclass(base: type) -> type | None:
+    """`base` (result.WorkerError) that is also a ChildFailedError, with torch's `.name` and
+    `.failures` ({rank: ProcessFailure}); None without torch.distributed."""
+    try:
+        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+    except ImportError:
+        return None
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.name = "notebook_launcher"
-        self.failures = {f.rank: _process_failure(f) for f in (self.failure, *self.others)}
+    def process_failure(failure: Any) -> ProcessFailure:
+        """torch's record of one failed rank, its message the worker's traceback (or our summary)."""
+        code = failure.exitcode if failure.exitcode is not None else 1
+        record = ProcessFailure(local_rank=failure.rank, pid=-1, exitcode=code, error_file=_NO_ERROR_FILE)
+        record.message = {
+            "message": failure.summary(),
+            "extraInfo": {
+                "py_callstack": failure.traceback or failure.summary(),
+                "timestamp": record.timestamp,
+            },
+        }
+        return record
 
+    class WorkerError(base, ChildFailedError):  # type: ignore[misc, valid-type]
+        """The WorkerError every launch raises once torch is loaded (named so in the cell)."""
 
-def _process_failure(failure: result.RankFailure) -> ProcessFailure:
-    """torch's record of one failed rank, its message the worker's traceback (or our summary)."""
-    code = failure.exitcode if failure.exitcode is not None else 1
-    record = ProcessFailure(local_rank=failure.rank, pid=-1, exitcode=code, error_file=_NO_ERROR_FILE)
-    record.message = {
-        "message": failure.summary(),
-        "extraInfo": {"py_callstack": failure.traceback or failure.summary(), "timestamp": record.timestamp},
-    }
-    return record
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.name = "notebook_launcher"
+            self.failures = {f.rank: process_failure(f) for f in (self.failure, *self.others)}
 
-
-result.WorkerError.flavour = WorkerError
+    WorkerError.__module__ = __name__
+    return WorkerError

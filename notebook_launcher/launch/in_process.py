@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..config import LaunchConfig, patched_environ, worker_env
+from ..system.network import LOOPBACK
 from ..system.private_files import RUN_DIR_ENV, make_private_dir
 from .result import LaunchResult, metric_row
 
@@ -25,7 +26,7 @@ def run_in_process(fn: Callable[..., Any], args: tuple, kwargs: dict, config: La
     rank_zero = dict.fromkeys(("rank", "local_rank", "group_rank"), 0)
     cpu_world = ranks_run_on_cpu(config.runs_on_cpu)
     env = worker_env(
-        **one, **rank_zero, master_addr="127.0.0.1", master_port=0, config=config, cpu_world=cpu_world
+        **one, **rank_zero, master_addr=LOOPBACK, master_port=0, config=config, cpu_world=cpu_world
     )
     metrics: list[dict[str, Any]] = []
 

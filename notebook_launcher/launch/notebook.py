@@ -50,7 +50,7 @@ def _prepare(
     else:
         warm_up(cfg)
     network_env, reach_main = planning.machine_network(cfg, say)
-    addr, port, store = planning.rendezvous(cfg, cfg.num_machines, on_demand=True)
+    addr, port, store = planning.rendezvous(cfg, cfg.num_machines, on_demand=True, say=say)
     meet = file_rendezvous_env(cfg.num_machines)  # one machine: the ranks meet in a file (system/store.py)
     specs = planning.make_specs(cfg, nproc, (addr, port), payload, network_env | meet)
     return planning.plan_started_by(

@@ -13,8 +13,8 @@ from typing import Any
 
 from ..config import LaunchConfig, resolve_config, worker_env
 from ..errors import ConfigError
-from ..system.network import port_is_free, wait_for_main, workers_interface_env
-from ..system.store import LOOPBACK, StoreOnDemand, host_store, store_bind_address
+from ..system.network import DEFAULT_PORT, LOOPBACK, rendezvous_port, wait_for_main, workers_interface_env
+from ..system.store import StoreOnDemand, host_store, store_bind_address
 from .result import LaunchStopped
 from .worker.entry import WorkerSpec
 
@@ -36,7 +36,6 @@ class LaunchPlan:
 
 
 START_METHODS = ("auto", "fork", "spawn", "forkserver")
-DEFAULT_PORT = 29500
 
 
 def check_call(fn: Any, args: Any, timeout: Any) -> None:
@@ -53,8 +52,10 @@ def check_call(fn: Any, args: Any, timeout: Any) -> None:
 
 def plan_started_by(method: str, **fields: Any) -> LaunchPlan:
     """The LaunchPlan of `fields` whose workers start by `method`: "forkserver" means the warm pool
-    (its server, torch preloaded), any other method torch's own multiprocessing context."""
-    import torch.multiprocessing as mp
+    (its server, torch preloaded), any other method Python's multiprocessing context. That is the
+    context torch.multiprocessing hands out too: `import torch` registers torch's tensor reductions
+    on it, so a kernel with torch shares tensors as before and one without never imports torch."""
+    import multiprocessing as mp
 
     from .warm.pool import warm_pool
 
@@ -217,16 +218,9 @@ def choose_start_method(requested: str) -> tuple[str, str | None]:
     return "fork", None
 
 
-def check_port_free(port: int) -> None:
-    """Fail early, with the fix, when the rendezvous port is taken (instead of a hang or a torch trace)."""
-    if not port_is_free(port):
-        raise ConfigError(
-            f"master_port={port} is already in use on this machine (or cannot be opened). Pass another "
-            "master_port, or leave it unset on a single machine to get a free one."
-        )
-
-
-def rendezvous(config: LaunchConfig, num_machines: int, on_demand: bool = False) -> tuple[str, int, Any]:
+def rendezvous(
+    config: LaunchConfig, num_machines: int, on_demand: bool = False, say: Callable[[str], None] | None = None
+) -> tuple[str, int, Any]:
     """(master address, port, store) for this launch.
 
     The machine with rank 0 hosts torch's TCPStore in this process, bound before any worker starts
@@ -235,6 +229,8 @@ def rendezvous(config: LaunchConfig, num_machines: int, on_demand: bool = False)
     port, and no stale store from an earlier launch: the store lives exactly as long as the launch.
     on_demand (one machine, whose ranks meet in a file: system/store.py): the port is bound now and
     the TCPStore hosted only when a rank's own init_process_group connects (the supervisor watches).
+    The port follows the one rule of system/network.rendezvous_port (a busy one on one machine is
+    replaced, said through `say`).
     """
     if num_machines > 1 and not config.main_process_ip:
         raise ConfigError(
@@ -244,15 +240,11 @@ def rendezvous(config: LaunchConfig, num_machines: int, on_demand: bool = False)
     # One machine: the store listens on loopback only (store.store_bind_address), so that is
     # where the workers find it, whatever main_process_ip a config file carries.
     addr = config.main_process_ip if num_machines > 1 else LOOPBACK
-    port = (
-        config.main_process_port
-        if config.main_process_port is not None
-        else (DEFAULT_PORT if num_machines > 1 else 0)
-    )
+    port, note = rendezvous_port(config.main_process_port, num_machines, config.machine_rank)
+    if note and say is not None:
+        say(f"notebook_launch: {note}")
     if config.machine_rank != 0:
         return addr, port, None
-    if port:
-        check_port_free(port)
     bind = store_bind_address(config.main_process_ip, num_machines)
     store = _host_store(bind, port, on_demand=on_demand and num_machines == 1)
     return addr, store.port, store

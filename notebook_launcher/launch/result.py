@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, overload
@@ -140,6 +141,15 @@ class RankFailure:
         return f"rank {self.rank} exited with code {self.exitcode} without raising a Python exception"
 
 
+def _elastic_flavour() -> type[WorkerError] | None:
+    """WorkerError's ChildFailedError flavour, once this process has loaded torch (child_failed.py)."""
+    if WorkerError.flavour is None and "torch" in sys.modules:
+        from .child_failed import elastic_subclass
+
+        WorkerError.flavour = elastic_subclass(WorkerError)
+    return WorkerError.flavour
+
+
 class WorkerError(NotebookLauncherError, RuntimeError):
     """A worker failed. `.rank`, `.exitcode`, `.exc_type`, `.traceback` describe the first failure.
 
@@ -147,17 +157,17 @@ class WorkerError(NotebookLauncherError, RuntimeError):
     so `except` on it works; `.values` holds the return values of the ranks that did finish. The cell
     folds library frames; `.full_traceback` (= `.traceback`, also in str()) has every frame.
 
-    Made as child_failed.WorkerError, a subclass that is also torch elastic's ChildFailedError (what
-    Accelerate's notebook_launcher raises), whenever torch is there to provide that class.
+    Made as child_failed.py's WorkerError, a subclass that is also torch elastic's ChildFailedError
+    (what Accelerate's notebook_launcher raises), whenever this process has loaded torch.
     """
 
-    # child_failed.py registers its subclass here when the launch package loads (it needs torch's
-    # class, which this module must not import); without torch.distributed it stays None
+    # child_failed.py's subclass (also a ChildFailedError), built the first time a WorkerError is made
+    # in a process that has loaded torch; None until then, and without torch.distributed
     flavour: type[WorkerError] | None = None
 
     def __new__(cls, *args: Any, **kwargs: Any) -> WorkerError:
-        if cls is WorkerError and WorkerError.flavour is not None:
-            cls = WorkerError.flavour
+        if cls is WorkerError:
+            cls = _elastic_flavour() or cls
         return super().__new__(cls, *args)
 
     def __init__(
@@ -186,7 +196,8 @@ class WorkerError(NotebookLauncherError, RuntimeError):
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled with its constructor's arguments (a cluster node sends it; args is only the text)."""
         state = {k: v for k, v in self.__dict__.items() if k != "failures"}
-        return (type(self), (self.failure, self.others, self.logs, self.values), state)
+        made_as = WorkerError if type(self) is WorkerError.flavour else type(self)  # made again the same way
+        return (made_as, (self.failure, self.others, self.logs, self.values), state)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)

@@ -87,16 +87,17 @@ def cuda_device_count() -> int:
     torch.cuda.device_count() falls back to the CUDA driver when NVML cannot count (MIG devices,
     a broken NVML), which would initialise the driver in the kernel and break forked workers.
     That fallback is never taken here: -1 means "NVML could not tell", and detect() then asks a
-    child process instead.
+    child process instead. A machine without NVIDIA's driver answers 0 before torch is imported,
+    so a launch on it needs no torch in the kernel (issue 34).
     """
-    import torch
-
-    if not torch.backends.cuda.is_built():
-        return 0
     try:
         ctypes.CDLL("libnvidia-ml.so.1")  # what torch's NVML count loads first
     except OSError:
         return 0  # no NVIDIA driver on this machine (e.g. a CUDA build of torch on a CPU machine)
+    import torch
+
+    if not torch.backends.cuda.is_built():
+        return 0
     nvml_count = getattr(torch.cuda, "_device_count_nvml", None)
     if nvml_count is None:  # a torch without the NVML helper: let the child process count
         return -1
@@ -190,12 +191,16 @@ def _probe_gpus() -> tuple[GPUInfo, ...]:
 
 @functools.lru_cache(maxsize=1)
 def detect() -> HardwareInfo:
-    """Detect CPUs, CUDA GPUs and MPS once; safe to call in a notebook kernel before forking."""
+    """Detect CPUs, CUDA GPUs and MPS once; safe to call in a notebook kernel before forking, and
+    torch-free outside macOS (MPS exists only there; only torch can say whether it is usable)."""
+    gpus = _probe_gpus() if cuda_device_count() != 0 else ()  # -1: NVML could not count; the child can
+    return HardwareInfo(cpu_count=cpu_count(), gpus=gpus, mps_available=sys.platform == "darwin" and _mps())
+
+
+def _mps() -> bool:
     import torch
 
-    gpus = _probe_gpus() if cuda_device_count() != 0 else ()  # -1: NVML could not count; the child can
-    mps = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
-    return HardwareInfo(cpu_count=cpu_count(), gpus=gpus, mps_available=mps)
+    return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
 
 
 def ranks_run_on_cpu(use_cpu: bool) -> bool:

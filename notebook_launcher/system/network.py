@@ -24,7 +24,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ..errors import NetworkError
+from ..errors import ConfigError, NetworkError
+
+LOOPBACK = "127.0.0.1"  # where a one-machine launch's ranks and store meet
+DEFAULT_PORT = 29500  # torch's and Accelerate's rendezvous port, used over several machines when unset
 
 # Any of these set by the user means they chose the interfaces themselves: we then set none.
 SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
@@ -48,6 +51,29 @@ def port_is_free(port: int, host: str = "") -> bool:
         except OSError:
             return False
     return True
+
+
+def rendezvous_port(port: int | None, num_machines: int, machine_rank: int = 0) -> tuple[int, str | None]:
+    """The one rule for the rendezvous port, for every entry (notebook_launch, start_launch, %%ranks,
+    cluster nodes, Accelerate's notebook_launcher(), the CLI): (port, a line to say or None).
+
+    One machine: unset or 0 gives 0, "any free port" (the caller binds it); a busy port gives 0 too,
+    said in the line, since nothing outside this machine needs to find it. Several machines: unset
+    gives DEFAULT_PORT, and a busy port on machine 0 (which hosts the rendezvous) is a ConfigError
+    naming the fix, because every machine dials that number.
+    """
+    if num_machines == 1:
+        if port and not port_is_free(port):
+            return 0, f"port {port} is in use on this machine; using a free port instead."
+        return port or 0, None
+    chosen = DEFAULT_PORT if port is None else port
+    if machine_rank == 0 and not port_is_free(chosen):
+        raise ConfigError(
+            f"main_process_port={chosen} is already in use on this machine (machine 0 hosts the rendezvous). "
+            "Pass a free port, the same on every machine: master_port= in notebook_launch, "
+            "--main_process_port in the CLI."
+        )
+    return chosen, None
 
 
 def free_port() -> int:
@@ -166,7 +192,7 @@ def loopback_interface_env(environ: Mapping[str, str] | None = None) -> dict[str
     environ = os.environ if environ is None else environ
     if any(environ.get(name) for name in SOCKET_IFNAME_VARS):
         return {}
-    names = interface_addresses().get("127.0.0.1", [])
+    names = interface_addresses().get(LOOPBACK, [])
     return {name: names[0] for name in PICKED_VARS} if names else {}
 
 

@@ -21,9 +21,9 @@ import os
 import socket
 from typing import Any
 
+from .network import LOOPBACK
 from .private_files import RUN_DIR_ENV, is_private_dir
 
-LOOPBACK = "127.0.0.1"
 ALL_INTERFACES = ""
 FILE_RENDEZVOUS_ENV = "NOTEBOOK_LAUNCHER_RENDEZVOUS_FILE"  # "1": the ranks meet in the run's file
 

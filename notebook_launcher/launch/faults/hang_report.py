@@ -1,8 +1,8 @@
 """The hang report: where each rank is, which collective it is in, and a verdict naming the culprit.
 
 Built from two pieces of evidence per rank: its Python stack (faulthandler, stacks.py) and its
-collective record (runtime/world/collective_log.py: which torch.distributed collective it is in, and how
-many it has entered). The verdict tells apart the four ways a run stands still:
+activity record (records/activity.py, kept by runtime/world/collective_log.py: which
+torch.distributed collective it is in, and how many it has entered). The verdict tells apart the four ways a run stands still:
 
 - one rank missing from a collective the others wait in ("rank 1 never reached all_reduce #57");
 - ranks in different collectives (a mismatch: all_reduce #5 on one rank, broadcast #5 on another);
@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ...runtime.world.collective_log import Activity
+from ...records.activity import Activity
 
 MISSING, MISMATCH, ALL_IN_ONE, RENDEZVOUS, BUSY = "missing", "mismatch", "all_in_one", "rendezvous", "busy"
 _FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+) in (?P<func>.+)$')

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ...errors import ConfigError
-from ...runtime.world.collective_log import Activity
+from ...records.activity import Activity
 from ..result import RankFailure
 
 ENV = "NOTEBOOK_LAUNCHER_RENDEZVOUS_STALL_SECONDS"

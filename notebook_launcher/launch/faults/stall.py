@@ -4,7 +4,7 @@ for a hang report.
 Progress is anything a rank sends: an output line (except the stack dumps we asked for), a step of
 a prepared data loader, a logged metric. After `stall_timeout` seconds without any, the supervisor
 asks for a report once; the next one comes only after progress resumed and stalled again. Each rank
-keeps its collective record (runtime/world/collective_log.py) in a file of the run's private directory
+keeps its collective record (records/activity.py) in a file of the run's private directory
 (system/private_files.py), made here, given to the ranks (RUN_DIR_ENV: what they write for the run
 goes there too) and removed when the launch ends.
 """
@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ...runtime.world.collective_log import ENV, read_record
+from ...records.activity import ENV, read_record
 from ...system.private_files import RUN_DIR_ENV, make_private_dir
 from ..events import MetricLogged, OutputLine, ProgressUpdate
 from ..supervise.processes import Worker

@@ -69,7 +69,7 @@ class WarmPool:
         """The forkserver context, its server running with our modules preloaded."""
         with self._lock:
             if self.context is None:
-                import torch.multiprocessing as mp
+                import multiprocessing as mp  # torch's is this one (planning.plan_started_by)
 
                 self.context = mp.get_context("forkserver")
             from multiprocessing import forkserver, resource_tracker

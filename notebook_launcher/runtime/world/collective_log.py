@@ -7,26 +7,22 @@ the Accelerator's gather/reduce/barrier call them as the user's own code does) a
 `init_process_group` (the rendezvous). Writing it costs a struct pack into a shared page, no system
 call. DDP's gradient all-reduce runs in C++ and is not counted; the stack shows it.
 
-No torch import at module level: the launcher reads records with `read_record` without torch.
+The record's format, writer and reader are torch-free in records/activity.py, which the launcher
+reads without this module; here only when to write it (no torch import at module level either).
 """
 
 from __future__ import annotations
 
 import functools
-import mmap
 import os
-import struct
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any
 
+from ...records.activity import ENV, IDLE, IN_COLLECTIVE, RENDEZVOUS, Activity, ActivityWriter, read_record
 from . import step_clock
 
-ENV = "NOTEBOOK_LAUNCHER_ACTIVITY_FILE"  # set by the launcher: where this rank keeps its record
-IDLE, IN_COLLECTIVE, RENDEZVOUS = 0, 1, 2
-_FORMAT = struct.Struct("<iiqd48s")  # state, unused, collectives entered, entered at (time.time()), op
-RECORD_SIZE = _FORMAT.size
+__all__ = ["COLLECTIVES", "ENV", "IDLE", "IN_COLLECTIVE", "RENDEZVOUS", "Activity", "install", "read_record"]
 
 # torch.distributed's collectives as users and our runtime call them (point-to-point is left out:
 # its counts differ between ranks by design).
@@ -51,63 +47,7 @@ COLLECTIVES = (
 )
 
 
-@dataclass(frozen=True)
-class Activity:
-    """One rank's record as the launcher reads it."""
-
-    state: int
-    count: int  # collectives entered so far; the one it is in (if any) is number `count`
-    op: str
-    since: float  # time.time() when it entered that collective (or the rendezvous)
-
-    @property
-    def in_collective(self) -> bool:
-        return self.state == IN_COLLECTIVE
-
-    @property
-    def in_rendezvous(self) -> bool:
-        return self.state == RENDEZVOUS
-
-
-def read_record(path: str) -> Activity | None:
-    """The record a rank keeps at `path`; None before it wrote one."""
-    try:
-        with open(path, "rb") as file:
-            data = file.read(RECORD_SIZE)
-    except OSError:
-        return None
-    if len(data) < RECORD_SIZE:
-        return None
-    state, _, count, since, op = _FORMAT.unpack(data)
-    return Activity(state, count, op.rstrip(b"\0").decode("ascii", "replace"), since)
-
-
-class _Record:
-    """This rank's side: the shared page and the running count."""
-
-    def __init__(self, path: str) -> None:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            os.ftruncate(fd, RECORD_SIZE)
-            self.page = mmap.mmap(fd, RECORD_SIZE)
-        finally:
-            os.close(fd)
-        self.count = 0
-
-    def write(self, state: int, op: str, count: int | None = None) -> None:
-        _FORMAT.pack_into(
-            self.page, 0, state, 0, self.count if count is None else count, time.time(), op.encode()[:48]
-        )
-
-    def enter(self, op: str) -> None:
-        self.count += 1
-        self.write(IN_COLLECTIVE, op)
-
-    def leave(self, op: str) -> None:
-        self.write(IDLE, op)
-
-
-_record: _Record | None = None
+_record: ActivityWriter | None = None
 
 
 def install() -> bool:
@@ -120,7 +60,7 @@ def install() -> bool:
         return False
     if _record is None:
         try:
-            _record = _Record(path)
+            _record = ActivityWriter(path)
         except OSError:
             return False
         _record.write(IDLE, "")

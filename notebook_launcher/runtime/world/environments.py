@@ -22,10 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ...errors import ClusterEnvironmentError
+from ...system.network import DEFAULT_PORT, LOOPBACK
 from ...system.schedulers import batch_job, derived_port, slurm_step
 
-LOOPBACK = "127.0.0.1"
-DEFAULT_PORT = 29500
 KUBEFLOW_VARIABLES = ("PET_NPROC_PER_NODE", "PET_NNODES", "PET_NODE_RANK")
 ELASTIC_VARIABLES = (*KUBEFLOW_VARIABLES, "PET_RDZV_ENDPOINT", "PET_RDZV_BACKEND", "PET_MASTER_ADDR")
 MPI_FLAVOURS = (  # (name, rank, size, local rank, local size)

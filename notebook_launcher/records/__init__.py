@@ -1,0 +1,9 @@
+"""What a worker leaves for its launcher to read, in a form both sides share: torch-free, stdlib
+only, so the kernel's side reads a rank's record without importing the runtime or torch.
+
+activity.py   which collective (or the rendezvous) a rank is in, and how many it entered: one
+              fixed-size record in a shared page (the worker writes it, the supervisor's watchers
+              and the hang report read it)
+
+Imports: nothing of the package. Imported by runtime (the writer) and launch, clusters (the readers).
+"""
