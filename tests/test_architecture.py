@@ -4,6 +4,7 @@ which, and how large a module may grow. See docs/architecture.md for the why."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -412,3 +413,38 @@ def test_the_checker_sees_rooms_reaching_too_far(tmp_path, monkeypatch):
     ):
         with pytest.raises(AssertionError):
             rule()
+
+
+# ---- docs/architecture.md names every module, and only modules that exist ----------------------
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def _tree_names(text: str) -> set[str]:
+    """Every `name.py` the tree in architecture.md mentions (the block that starts at the package)."""
+    start = text.index("```\nnotebook_launcher/")
+    block = text[start : text.index("```", start + 4)]
+    return {name.rsplit("/", 1)[-1] for name in re.findall(r"[\w/]*\w\.py\b", block)}
+
+
+def _tree_drift(text: str) -> list[str]:
+    modules = [p for p in _modules() if p.name != "__init__.py"]
+    named = _tree_names(text)
+    unnamed = [f"{p.relative_to(PACKAGE.parent)} is not in the tree" for p in modules if p.name not in named]
+    existing = {p.name for p in modules} | {"__init__.py"}
+    gone = [f"{name} is in the tree but no module has that name" for name in named - existing]
+    return sorted(unnamed + gone)
+
+
+def test_the_architecture_tree_names_every_module_and_nothing_else():
+    """docs/architecture.md is drawn from the code: a new module must be placed in the tree, and a
+    removed or renamed one must leave it."""
+    assert _tree_drift(ARCHITECTURE.read_text()) == []
+
+
+def test_the_checker_sees_a_tree_out_of_date(tmp_path, monkeypatch):
+    _plant(tmp_path, monkeypatch, {"launch/planning.py": "", "launch/new_room.py": ""})
+    text = "```\nnotebook_launcher/\n  launch/\n    planning.py, gone.py\n```\n"
+    assert _tree_drift(text) == [
+        "gone.py is in the tree but no module has that name",
+        "notebook_launcher/launch/new_room.py is not in the tree",
+    ]

@@ -1,9 +1,9 @@
-"""WHAT runs inside each worker (or a plain script): the Accelerator facade (accelerator.py with the
-mixins process_api.py, control_api.py, saving_api.py, tracking_api.py, accelerator_views.py,
-sharding_api.py; its arguments in accelerator_config.py, configurations.py, plugins.py, kwargs.py),
-`init_empty_weights` (big_modeling.py) and what it delegates to: the process state read from the
-env contract (state.py, shared_state.py), strategies/, precision.py, compile.py, data/, ops.py,
-rng_sync.py, checkpoint.py (+ checkpoint_naming.py, model_files.py), trackers/, memory.py, wrappers.py.
+"""WHAT runs inside each worker (or a plain script): the Accelerator (accelerator/facade.py with the
+mixins process_api.py, control_api.py, saving_api.py, tracking_api.py, views.py, sharding_api.py;
+its arguments in settings.py, configurations.py, plugins.py, kwargs.py), `init_empty_weights`
+(big_modeling.py) and what it delegates to: the process state read from the env contract (world/:
+state.py, shared_state.py), strategies/, precision/, compile.py, data/, ops.py, world/rng_sync.py,
+checkpointing/ (checkpoint.py, naming.py, model_files.py), trackers/, memory.py, wrappers.py.
 
 Imports config and errors only. Never launch, cli, widgets or IPython: workers must not need a
 notebook. Imported by workers, scripts, and the public face (lazily)."""

@@ -1,7 +1,7 @@
 """The workers as operating-system processes: start one, signal it with everything it started, and
 reap it within a bound.
 
-Each worker leads its own process group (worker.py), so a signal to the group also reaches its
+Each worker leads its own process group (worker/entry.py), so a signal to the group also reaches its
 DataLoader workers and any subprocess the user's function started; none of them outlives a launch.
 """
 

@@ -393,7 +393,7 @@ class Supervisor:
 
 def _output_tail(lines: list[str]) -> str:
     """The last lines of a rank that died without reporting; all of a traceback it printed itself
-    because its error could not be sent (worker.py)."""
+    because its error could not be sent (worker/entry.py)."""
     for index in range(len(lines) - 1, max(-1, len(lines) - 1000), -1):
         if lines[index].startswith(UNSENT_ERROR_MARK):
             return "\n".join(lines[index:])

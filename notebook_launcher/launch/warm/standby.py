@@ -1,6 +1,6 @@
 """A warm-pool worker (pool.py): forked ahead of time from the pool's server, where torch and our
 runtime are already imported, it waits for one launch, takes on that launch's state, runs it as
-any worker does (worker.py), and exits.
+any worker does (worker/entry.py), and exits.
 
 It was forked before the launch existed, so it must not carry any state from that earlier moment:
 the kernel's environment, working directory and sys.path *as they are at the launch* replace its

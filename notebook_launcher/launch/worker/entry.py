@@ -17,7 +17,7 @@ from typing import Any
 
 from ...system.signals import STACK_DUMP_SIGNAL
 
-# The launcher asks a hung worker where it is stuck (faulthandler): ../signals.py.
+# The launcher asks a hung worker where it is stuck (faulthandler): system/signals.py.
 UNSENT_ERROR_MARK = "notebook_launcher: this rank's error could not be sent to the launcher"
 
 

@@ -32,7 +32,7 @@ from ..world.seed import set_seed
 from ..world.shared_state import AcceleratorState, resolve_distributed_type
 from ..world.state import get_state
 from ..wrappers import AcceleratedOptimizer, AcceleratedScheduler
-from . import settings as accelerator_config
+from . import settings as accelerator_settings
 from .configurations import DataLoaderConfiguration, ProjectConfiguration
 from .control_api import ControlAPI
 from .kwargs import AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs
@@ -79,10 +79,10 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, 
         parallelism_config: Any = None,
         **removed: Any,
     ) -> None:
-        accelerator_config.check_removed_arguments(removed, Accelerator.__init__)
+        accelerator_settings.check_removed_arguments(removed, Accelerator.__init__)
         if deepspeed_plugin is not None and deepspeed_plugins is not None:
             raise AcceleratorValueError("Accelerator() got deepspeed_plugin and deepspeed_plugins; pass one.")
-        settings = accelerator_config.resolve(
+        settings = accelerator_settings.resolve(
             split_batches=split_batches,
             mixed_precision=mixed_precision,
             gradient_accumulation_steps=gradient_accumulation_steps,

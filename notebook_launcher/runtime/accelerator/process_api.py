@@ -1,6 +1,6 @@
 """The Accelerator's process-level helpers: who prints, who goes first, collectives, splitting work.
 
-Kept apart from accelerator.py so that file stays about training; these need only `self.state`.
+Kept apart from facade.py so that file stays about training; these need only `self.state`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The Accelerator's model-saving and checkpoint methods (Accelerate's names), kept apart so
-accelerator.py stays about preparing and training. Everything here delegates to the strategy
+facade.py stays about preparing and training. Everything here delegates to the strategy
 (which knows how its models are wrapped or sharded) and to checkpoint.py.
 """
 

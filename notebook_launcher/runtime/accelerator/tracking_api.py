@@ -1,5 +1,5 @@
 """The Accelerator's experiment-tracking methods (Accelerate's names and gating), kept apart so
-accelerator.py stays about preparing and training.
+facade.py stays about preparing and training.
 
 As in Accelerate, `init_trackers` and the trackers' part of `log` run on the main process only, so
 a run's tracker files are written once. `log` also sends the metrics to the notebook (RunView,

@@ -1,5 +1,5 @@
 """The Accelerator's read-only views of its settings (Accelerate's property names), kept apart so
-accelerator.py stays about preparing and training."""
+facade.py stays about preparing and training."""
 
 from __future__ import annotations
 
