@@ -78,17 +78,6 @@ def choose_port(config: LaunchConfig, notes: list[str]) -> int:
     return port
 
 
-def omp_threads(config: LaunchConfig, requested: int | None, local_processes: int) -> str | None:
-    """OMP_NUM_THREADS for the workers: the flag, else the user's variable (None: keep it), else CPUs/processes."""
-    if requested is not None:
-        return str(requested)
-    if os.environ.get("OMP_NUM_THREADS"):
-        return None
-    from ..system.hardware import cpu_count
-
-    return str(max(1, cpu_count() // max(1, local_processes)))
-
-
 def build_plan(
     config: LaunchConfig,
     target: list[str],
@@ -110,7 +99,7 @@ def build_plan(
     local = int(config.num_processes) // config.num_machines
     args = [f"--nnodes={config.num_machines}", f"--nproc_per_node={local}", *_rendezvous_args(config, notes)]
     args += [f"--max_restarts={config.max_restarts}", f"--monitor_interval={config.monitor_interval}"]
-    from ..system.hardware import ranks_run_on_cpu
+    from ..system.hardware import ranks_run_on_cpu, threads_per_rank
 
     env = dict(config_to_env(config, cpu_world=ranks_run_on_cpu(config.runs_on_cpu)))
     if rank_prefix and tee is None:
@@ -124,9 +113,9 @@ def build_plan(
     args += ["--module", BOOTSTRAP, *target]
 
     env[GRACEFUL_PREEMPTION_ENV] = "1"
-    threads_value = omp_threads(config, threads, local)
+    threads_value = threads_per_rank(local, threads)
     if threads_value is not None:
-        env["OMP_NUM_THREADS"] = threads_value
+        env["OMP_NUM_THREADS"] = str(threads_value)
     if config.debug:
         env["ACCELERATE_DEBUG_MODE"] = "true"  # Accelerate's debug: collectives check shapes across ranks
     if config.debug and not os.environ.get("TORCH_DISTRIBUTED_DEBUG"):

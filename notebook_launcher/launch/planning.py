@@ -286,18 +286,6 @@ def _host_store(bind: str, port: int, on_demand: bool) -> Any:
         ) from None
 
 
-def _threads_per_worker(user_value: str | None, cores: int, nproc: int) -> int | None:
-    """The user's OMP_NUM_THREADS, else the cores shared out. The worker applies it with
-    torch.set_num_threads: a forked worker keeps the kernel's thread pool, which the variable alone
-    no longer changes (with OMP_NUM_THREADS=1 set in the notebook, workers still ran 2 threads)."""
-    if user_value is None:
-        return max(1, cores // nproc)
-    try:
-        return max(1, int(user_value))
-    except ValueError:
-        return None  # not a number: leave it to OpenMP, as the user wrote it
-
-
 def make_specs(
     config: LaunchConfig,
     nproc: int,
@@ -306,9 +294,8 @@ def make_specs(
     extra_env: dict[str, str] | None = None,
 ) -> list[WorkerSpec]:
     """One WorkerSpec per local rank, each with the full env contract."""
-    import os
 
-    from ..system.hardware import cpu_count, ranks_run_on_cpu
+    from ..system.hardware import ranks_run_on_cpu, threads_per_rank
 
     world = nproc * config.num_machines
     cpu_world = ranks_run_on_cpu(config.runs_on_cpu)
@@ -322,7 +309,7 @@ def make_specs(
     }
     if config.debug:
         extra_env.setdefault("ACCELERATE_DEBUG_MODE", "true")  # Accelerate's debug: collectives check shapes
-    threads = _threads_per_worker(os.environ.get("OMP_NUM_THREADS"), cpu_count(), nproc)
+    threads = threads_per_rank(nproc)  # applied with torch.set_num_threads in the worker (entry.py)
     specs = []
     for local_rank in range(nproc):
         rank = config.machine_rank * nproc + local_rank

@@ -81,6 +81,22 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+def threads_per_rank(ranks_here: int, requested: int | None = None) -> int | None:
+    """CPU threads for each rank on this machine: the one rule for every entry (notebook_launch,
+    %%ranks, cluster nodes, the CLI's --num_cpu_threads_per_process). The number asked for, else the
+    user's OMP_NUM_THREADS, else this machine's cores shared out; None when the user's variable is
+    not a number (OpenMP then reads it as written)."""
+    if requested is not None:
+        return max(1, requested)
+    user_value = os.environ.get("OMP_NUM_THREADS")
+    if not user_value:
+        return max(1, cpu_count() // max(1, ranks_here))
+    try:
+        return max(1, int(user_value))
+    except ValueError:
+        return None
+
+
 def cuda_device_count() -> int:
     """Number of visible CUDA devices, counted through NVML so CUDA stays uninitialised here.
 
