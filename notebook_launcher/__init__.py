@@ -12,6 +12,7 @@ from typing import Any
 
 from ._lazy import face
 from ._version import __version__ as __version__
+from .cluster_runner import set_cluster_runner
 from .config import DeepSpeedConfig, FSDPConfig, LaunchConfig, load_config, save_config
 from .errors import (
     AcceleratorError,
@@ -136,6 +137,16 @@ def _shown_run_view() -> Any:
 
 
 set_view_factory(_shown_run_view)
+
+
+def _run_on_cluster(*args: Any, **kwargs: Any) -> Any:
+    """What a launch with cluster= calls: clusters/launching.py, imported only now (cluster_runner.py)."""
+    from .clusters.launching import cluster_run
+
+    return cluster_run(*args, **kwargs)
+
+
+set_cluster_runner(_run_on_cluster)
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -152,9 +152,10 @@ def test_the_checker_sees_a_forbidden_import(tmp_path, monkeypatch):
     ]
 
 
-def test_the_launcher_reaches_clusters_only_lazily():
-    """cluster= is the launcher's one way into clusters/ (the arrow is clusters -> launch)."""
-    assert _violations("launch", ("notebook_launcher.clusters",), module_level_only=True) == []
+def test_the_launcher_never_imports_clusters():
+    """cluster= reaches clusters/ through the runner the public face registers (cluster_runner.py):
+    the arrow is clusters -> launch, not even a function-level import back."""
+    assert _violations("launch", ("notebook_launcher.clusters",)) == []
 
 
 def test_clusters_need_no_notebook_cli_or_runtime():
@@ -211,8 +212,13 @@ def test_the_checker_sees_the_launcher_reaching_the_runtime(tmp_path, monkeypatc
             "launch/worker/entry.py": "from ...runtime import telemetry\n",
             "launch/warm/warmup.py": "def warm():\n    import notebook_launcher.runtime\n",
             "records/activity.py": "import torch\nfrom ..system import network\n",
+            "launch/notebook.py": "def run():\n    from ..clusters.launching import cluster_run\n",
         },
     )
+    assert _violations("launch", ("notebook_launcher.clusters",)) == [
+        "notebook_launcher/launch/notebook.py imports notebook_launcher.clusters.launching",
+        "notebook_launcher/launch/notebook.py imports notebook_launcher.clusters.launching.cluster_run",
+    ]
     assert _launch_runtime_violations() == [
         "notebook_launcher/launch/faults/watch.py imports notebook_launcher.runtime.world",
         "notebook_launcher/launch/faults/watch.py imports notebook_launcher.runtime.world.collective_log",

@@ -8,7 +8,7 @@ import sys
 import sysconfig
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..config import CLUSTER_TYPES, LaunchConfig
 from ..errors import ConfigError, bad_value
@@ -22,11 +22,40 @@ from .slurm import SlurmCluster
 Cluster = RayCluster | SlurmCluster
 
 
+def _ray_from(section: Any) -> RayCluster:
+    return RayCluster(
+        address=section.ray_address,
+        num_nodes=section.num_nodes,
+        resources_per_worker=section.ray_resources_per_worker,
+    )
+
+
+def _slurm_from(section: Any) -> SlurmCluster:
+    return SlurmCluster(
+        nodes=section.num_nodes,
+        gpus_per_node=section.slurm_gpus_per_node,
+        partition=section.slurm_partition,
+        time=section.slurm_time,
+        account=section.slurm_account,
+        folder=section.slurm_folder,
+        setup=list(section.slurm_setup),
+        cpus_per_task=section.slurm_cpus_per_task,
+    )
+
+
+# Every cluster kind, registered once: its name (config/cluster.py's CLUSTER_TYPES), its settings
+# class, and how a config's cluster_config section makes one. A new kind is its module plus a row.
+KINDS: dict[str, tuple[type, Callable[[Any], Any]]] = {
+    "ray": (RayCluster, _ray_from),
+    "slurm": (SlurmCluster, _slurm_from),
+}
+
+
 def resolve_cluster(cluster: Any, config: LaunchConfig) -> Cluster | None:
     """The cluster to run on, or None for this machine. An explicit `cluster=` wins over the
     config's cluster_config; `cluster="ray"` / `"slurm"` takes that engine's keys from it."""
-    if isinstance(cluster, (RayCluster, SlurmCluster)):
-        return cluster
+    if isinstance(cluster, tuple(settings for settings, _ in KINDS.values())):
+        return cast(Cluster, cluster)
     section = config.cluster_config
     if cluster is None:
         kind = section.cluster_type
@@ -38,23 +67,8 @@ def resolve_cluster(cluster: Any, config: LaunchConfig) -> Cluster | None:
         raise ConfigError(
             f"cluster={cluster!r} is not usable; pass 'ray', 'slurm', 'local', RayCluster(...) or SlurmCluster(...)."
         )
-    if kind == "ray":
-        return RayCluster(
-            address=section.ray_address,
-            num_nodes=section.num_nodes,
-            resources_per_worker=section.ray_resources_per_worker,
-        )
-    if kind == "slurm":
-        return SlurmCluster(
-            nodes=section.num_nodes,
-            gpus_per_node=section.slurm_gpus_per_node,
-            partition=section.slurm_partition,
-            time=section.slurm_time,
-            account=section.slurm_account,
-            folder=section.slurm_folder,
-            setup=list(section.slurm_setup),
-            cpus_per_task=section.slurm_cpus_per_task,
-        )
+    if kind in KINDS:
+        return cast(Cluster, KINDS[kind][1](section))
     return None
 
 

@@ -11,6 +11,7 @@ import inspect
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
+from ..cluster_runner import cluster_runner
 from ..errors import ConfigError
 from ..system.store import file_rendezvous_env
 from ..view_factory import displayed_view
@@ -239,13 +240,12 @@ def _cluster_run(
     poll_hooks: Sequence[Callable[[], Any]],
 ) -> Any:
     """The launch on a cluster that cluster= (or the config's cluster_config) asks for; None for
-    this machine. The clusters package is imported only here (the arrow is clusters -> launch)."""
+    this machine. The runner the public face registered (cluster_runner.py) takes it: the launcher
+    never imports clusters/ (the arrow is clusters -> launch)."""
     if options.get("cluster") is None and not _config_may_name_cluster(options["config"]):
         return None
-    from ..clusters.launching import cluster_run
-
     overrides = dict(mixed_precision=options["mixed_precision"], **config_overrides)
-    return cluster_run(fn, args, kwargs, options, overrides, _watchers(options), poll_hooks)
+    return cluster_runner()(fn, args, kwargs, options, overrides, _watchers(options), poll_hooks)
 
 
 def _config_may_name_cluster(config: Any) -> bool:
