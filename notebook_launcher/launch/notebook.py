@@ -241,16 +241,13 @@ def _cluster_run(
 ) -> Any:
     """The launch on a cluster that cluster= (or the config's cluster_config) asks for; None for
     this machine. The runner the public face registered (cluster_runner.py) takes it: the launcher
-    never imports clusters/ (the arrow is clusters -> launch)."""
-    if options.get("cluster") is None and not _config_may_name_cluster(options["config"]):
+    never imports clusters/ (the arrow is clusters -> launch). The config (argument, else the
+    default file) is resolved here once, and every later stage reads that LaunchConfig."""
+    options["config"] = planning.build_config(options["config"], {})
+    if options.get("cluster") is None and options["config"].cluster_config.cluster_type == "local":
         return None
     overrides = dict(mixed_precision=options["mixed_precision"], **config_overrides)
     return cluster_runner()(fn, args, kwargs, options, overrides, _watchers(options), poll_hooks)
-
-
-def _config_may_name_cluster(config: Any) -> bool:
-    """Whether the config (or the default config file) has a cluster_config other than this machine."""
-    return planning.build_config(config, {}).cluster_config.cluster_type != "local"
 
 
 def _launch_in_process(
