@@ -51,6 +51,9 @@ class GeneralTracker:
     """
 
     main_process_only = True
+    # declared, not set: each subclass defines them (`__init__` checks, as Accelerate)
+    name: str
+    requires_logging_directory: bool
 
     def __init__(self, _blank: bool = False) -> None:
         if _blank:
