@@ -22,7 +22,7 @@ STRATEGY_FLAGS = {
     "zero2": "ZeRO-2",
     "zero3": "ZeRO-3",
 }
-OFFLOAD = {"no": False, "yes": True, "both": "both"}
+OFFLOAD: dict[str, bool | str] = {"no": False, "yes": True, "both": "both"}
 
 
 def estimate_parser(prog: str) -> Parser:

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from ..config import LaunchConfig
 from ..system.network import LOOPBACK
@@ -255,8 +255,10 @@ def bounded_exit_installed(config: LaunchConfig) -> Iterator[None]:
     host = str(config.main_process_ip)
     if config.machine_rank == 0 and store_bind_address(host, config.num_machines) == ALL_INTERFACES:
         host = LOOPBACK  # the store listens on every interface; its own address may not route back here
-    api.LocalElasticAgent = bounded_exit_agent(host, int(config.main_process_port), config.machine_rank)
+    port = cast(int, config.main_process_port)  # chosen before the agent starts
+    patched: Any = api  # the module whose class is swapped (mypy forbids assigning to a class)
+    patched.LocalElasticAgent = bounded_exit_agent(host, int(port), config.machine_rank)
     try:
         yield
     finally:
-        api.LocalElasticAgent = torchs
+        patched.LocalElasticAgent = torchs

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import cloudpickle
 
@@ -68,6 +68,7 @@ class ClusterRun:
             first = self.should_stop
             self.should_stop = lambda: first() or should_stop()
         started = time.monotonic()
+        status: Literal["done", "failed", "stopped", "timeout"]  # RunFinished's
         status, error, failed_rank, extra = "failed", None, None, {}
         try:
             self.backend.start(self.job, self.say)

@@ -162,6 +162,7 @@ def _local_module(obj: Any) -> Any:
         module is None
         or path is None
         or name in ("__main__", "builtins")
+        or name is None  # (then module is None already)
         or name.startswith("notebook_launcher")
     ):
         return None

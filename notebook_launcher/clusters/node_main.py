@@ -20,7 +20,7 @@ import struct
 import sys
 import threading
 import traceback
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 import cloudpickle
 
@@ -39,7 +39,7 @@ class FrameWriter:
             self.stream.flush()
 
 
-def read_frame(stream: BinaryIO) -> tuple[str, Any] | None:
+def read_frame(stream: IO[bytes]) -> tuple[str, Any] | None:
     """The next frame, or None at the end of the stream."""
     header = stream.read(8)
     if len(header) < 8:

@@ -37,7 +37,7 @@ class NodeAgent:
         self.ready = threading.Event()
         self.finished = threading.Event()  # the launcher process is gone and every frame is read
         self.address: tuple[str, int] | None = None
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen[bytes] | None = None
 
     def node_ip(self) -> str:
         """This node's address, as Ray knows it (the other nodes reach node 0 there)."""

@@ -49,7 +49,7 @@ class SlurmNodeTask:
         return {"job": self.job}  # a requeue pickles the task: never the running launcher
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["job"])
+        type(self).__init__(self, state["job"])
 
     def __call__(self) -> NodeOutcome:
         import submitit

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from ..errors import ConfigError
 from .launch_config import LaunchConfig
@@ -39,7 +40,7 @@ def load_config(path: str | os.PathLike[str]) -> LaunchConfig:
     return LaunchConfig.from_dict(data, source=f"config file {str(path)!r}")
 
 
-def _parse(text: str, path: Path) -> object:
+def _parse(text: str, path: Path) -> Any:  # what the file holds; from_dict checks it is a mapping
     if path.suffix.lower() == ".json":
         try:
             return json.loads(text)

@@ -189,7 +189,8 @@ def _type_hints(cls: type) -> dict[str, Any]:
 
 def _coerce_types(obj: Any, prefix: str = "") -> None:
     """Turn YAML/CLI strings into the declared field types, or raise naming the field."""
-    hints = _type_hints(type(obj))
+    obj_type: type = type(obj)
+    hints = _type_hints(obj_type)
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         target = hints[f.name]

@@ -11,7 +11,7 @@ import dataclasses
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ..errors import ConfigError, bad_value
 
@@ -108,14 +108,14 @@ class ParallelismConfig:
             raise bad_value("ParallelismConfig cp_backend", self.cp_backend, CP_BACKENDS)
         if self.sp_backend not in SP_BACKENDS:
             raise bad_value("ParallelismConfig sp_backend", self.sp_backend, SP_BACKENDS)
-        if self.sp_size > 1:
+        if self._size("sp") > 1:
             raise ConfigError(
                 f"ParallelismConfig sp_size={self.sp_size}: DeepSpeed's sequence parallelism (ALST/Ulysses) is "
                 "not supported; set sp_size=1."
             )
-        if self.tp_size > 1 and self.tp_handler is None:
+        if self._size("tp") > 1 and self.tp_handler is None:
             self.tp_handler = TorchTensorParallelConfig()
-        if self.cp_size > 1 and self.cp_handler is None:
+        if self._size("cp") > 1 and self.cp_handler is None:
             self.cp_handler = TorchContextParallelConfig()
         if self.tp_enabled and self.dp_replicate_enabled and not self.dp_shard_enabled:
             raise ConfigError(
@@ -127,35 +127,41 @@ class ParallelismConfig:
     # ------------------------------------------------------------- Accelerate's views
     @property
     def dp_replicate_enabled(self) -> bool:
-        return self.dp_replicate_size > 1
+        return self._size("dp_replicate") > 1
 
     @property
     def dp_shard_enabled(self) -> bool:
-        return self.dp_shard_size > 1
+        return self._size("dp_shard") > 1
 
     @property
     def tp_enabled(self) -> bool:
-        return self.tp_size > 1
+        return self._size("tp") > 1
 
     @property
     def cp_enabled(self) -> bool:
-        return self.cp_size > 1
+        return self._size("cp") > 1
 
     @property
     def sp_enabled(self) -> bool:
-        return self.sp_size > 1
+        return self._size("sp") > 1
 
     @property
     def total_size(self) -> int:
-        return self.dp_replicate_size * self.dp_shard_size * self.tp_size * self.cp_size * self.sp_size
+        return (
+            self._size("dp_replicate")
+            * self._size("dp_shard")
+            * self._size("tp")
+            * self._size("cp")
+            * self._size("sp")
+        )
 
     @property
     def data_parallel_size(self) -> int:
-        return self.dp_replicate_size * self.dp_shard_size
+        return self._size("dp_replicate") * self._size("dp_shard")
 
     @property
     def non_data_parallel_size(self) -> int:
-        return self.tp_size * self.cp_size * self.sp_size
+        return self._size("tp") * self._size("cp") * self._size("sp")
 
     @property
     def dp_dim_names(self) -> list[str]:
@@ -214,7 +220,7 @@ class ParallelismConfig:
             if f.name == "device_mesh":
                 continue
             if dataclasses.is_dataclass(value):
-                value = {k: v for k, v in dataclasses.asdict(value).items() if not callable(v)}
+                value = {k: v for k, v in dataclasses.asdict(cast(Any, value)).items() if not callable(v)}
             out[f.name] = value
         return out
 
@@ -231,8 +237,8 @@ def _env_int(name: str) -> int:
 
 def mesh_coordinates(config: ParallelismConfig, world_size: int) -> list[dict[str, int]]:
     """Every rank's coordinates on the mesh (for pictures of it): {"rank", "dp_replicate", ...}."""
-    sizes = [("dp_replicate", config.dp_replicate_size), ("dp_shard", config.dp_shard_size)]
-    sizes += [("cp", config.cp_size), ("tp", config.tp_size)]
+    sizes = [("dp_replicate", config._size("dp_replicate")), ("dp_shard", config._size("dp_shard"))]
+    sizes += [("cp", config._size("cp")), ("tp", config._size("tp"))]
     rows = []
     for rank in range(world_size):
         coords, rest = {"rank": rank}, rank

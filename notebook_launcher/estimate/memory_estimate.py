@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 from ..errors import ConfigError
 from ..system.host_memory import format_bytes
@@ -169,7 +169,7 @@ def estimate_memory(
     rows = [
         per_rank(params, strategy, n, precision, optimizer, off, num_machines)
         for strategy in chosen
-        for off in offloads
+        for off in cast(list[bool], offloads)  # _check refused None
         for precision in precisions
         for n in counts
         if not (off and strategy == "DDP")  # DDP has nothing to offload

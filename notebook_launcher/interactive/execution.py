@@ -18,7 +18,7 @@ import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 _OWN_FILES = {__file__}
 
@@ -78,7 +78,7 @@ def compile_cell(source: str, filename: str) -> tuple[Any, Any | None]:
     tree = ast.parse(source, filename=filename, mode="exec")
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = ast.Expression(tree.body.pop().value)
+        last = ast.Expression(cast(ast.Expr, tree.body.pop()).value)
     body = compile(tree, filename, "exec", dont_inherit=True)
     tail = compile(last, filename, "eval", dont_inherit=True) if last is not None else None
     return body, tail

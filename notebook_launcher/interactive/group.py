@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, cast
 
 from ..launch.events import tick
 from ..launch.result import RunRecord
@@ -176,7 +176,7 @@ class RankGroup:
             with _interrupts_deferred():  # a command cut in half would garble the rank's pipe for good
                 for rank in targets:
                     rank.reply, rank.waiting_for, rank.status = None, self._next_id, "busy"
-                    rank.cmd.send_bytes(blob)
+                    cast(Connection, rank.cmd).send_bytes(blob)  # given when the rank started
             self._wait(targets, until=lambda r: r.reply is not None)
         except KeyboardInterrupt:
             self._interrupt(targets)
@@ -307,7 +307,7 @@ class RankGroup:
                 continue
             if rank.status == "idle":
                 try:
-                    rank.cmd.send_bytes(protocol.encode(protocol.EXIT, 0, None))
+                    cast(Connection, rank.cmd).send_bytes(protocol.encode(protocol.EXIT, 0, None))
                 except OSError:
                     pass
             else:
@@ -320,7 +320,7 @@ class RankGroup:
         for rank in self.ranks:
             kill_and_reap(rank)  # the rank's process group, reaped within a bound; its pipes closed
             rank.status = "dead"
-            rank.cmd.close()
+            cast(Connection, rank.cmd).close()
         self.selector.close()
         shutil.rmtree(self.run_dir, ignore_errors=True)
         self.plan.store = None  # closes the rendezvous port

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
@@ -22,6 +22,9 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from ..config import LaunchConfig
 from ..errors import closest
 from .ranks import Ranks
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
 
 USAGE = """%ranks start [N] [--mixed_precision bf16] [--config_file PATH | --config NAME] [--start_method M]
               [--show_ranks 0,1] [--quiet] [--<LaunchConfig field> VALUE ...]
@@ -100,7 +103,7 @@ class RanksMagics(Magics):
 
     ranks: Ranks | None = None
 
-    @line_cell_magic("ranks")
+    @line_cell_magic("ranks")  # type: ignore[arg-type]  # IPython types its decorator with an unbound TypeVar
     def ranks_magic(self, line: str, cell: str | None = None) -> None:
         if cell is not None:
             return self._run_cell(line, cell)
@@ -120,7 +123,7 @@ class RanksMagics(Magics):
     def _start(self, words: list[str]) -> None:
         if self.ranks is not None and self.ranks.running:
             raise UsageError("Ranks are already running: `%ranks stop` first, or `%ranks restart`.")
-        self.ranks = Ranks(**parse_start(words, self.shell.user_ns))
+        self.ranks = Ranks(**parse_start(words, self._namespace))
         print(self.ranks.status())
 
     def _stop(self, words: list[str]) -> None:
@@ -129,8 +132,9 @@ class RanksMagics(Magics):
         print("ranks: stopped")
 
     def _restart(self, words: list[str]) -> None:
-        self._live().restart()
-        print(self.ranks.status())
+        ranks = self._live()
+        ranks.restart()
+        print(ranks.status())
 
     def _status(self, words: list[str]) -> None:
         print(self.ranks.status() if self.ranks is not None else "ranks: not started (`%ranks start N`)")
@@ -138,14 +142,14 @@ class RanksMagics(Magics):
     def _pull(self, words: list[str]) -> None:
         names, ranks = self._names_and_ranks(words, "pull")
         for name in names:
-            self.shell.user_ns[name] = self._live().pull(name, ranks=ranks)
+            self._namespace[name] = self._live().pull(name, ranks=ranks)
 
     def _push(self, words: list[str]) -> None:
         names, ranks = self._names_and_ranks(words, "push")
-        missing = [n for n in names if n not in self.shell.user_ns]
+        missing = [n for n in names if n not in self._namespace]
         if missing:
             raise UsageError(f"%ranks push: {missing[0]!r} is not defined in this notebook.")
-        self._live().push({n: self.shell.user_ns[n] for n in names}, ranks=ranks)
+        self._live().push({n: self._namespace[n] for n in names}, ranks=ranks)
 
     def _run_cell(self, line: str, cell: str) -> None:
         ranks = parse_rank_list(line)
@@ -153,6 +157,11 @@ class RanksMagics(Magics):
         self._live().run_cell(cell, ranks=ranks, filename=f"<%%ranks In[{count}]>")
 
     # ------------------------------------------------------------ helpers
+    @property
+    def _namespace(self) -> dict[str, Any]:
+        """The notebook's namespace (a registered magic always has its shell)."""
+        return cast("InteractiveShell", self.shell).user_ns
+
     def _live(self) -> Ranks:
         if self.ranks is None or not self.ranks.running:
             raise UsageError(

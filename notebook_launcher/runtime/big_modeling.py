@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -45,17 +46,18 @@ def init_on_device(device: torch.device | str, include_buffers: bool | None = No
         original(module, name, param)
         if param is None:
             return
-        registered = module._parameters[name]
+        registered = cast(nn.Parameter, module._parameters[name])  # just registered, not None
         extra = dict(registered.__dict__)  # attributes set on the parameter object (e.g. by a library)
         moved = type(registered)(registered.to(device), requires_grad=registered.requires_grad)
         moved.__dict__.update(extra)
         module._parameters[name] = moved
 
-    nn.Module.register_parameter = register_on_device
+    patched: Any = nn.Module  # the class whose method is swapped (mypy forbids assigning to a method)
+    patched.register_parameter = register_on_device
     try:
         yield
     finally:
-        nn.Module.register_parameter = original
+        patched.register_parameter = original
 
 
 @contextlib.contextmanager

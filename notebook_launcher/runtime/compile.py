@@ -4,7 +4,7 @@ TorchDynamoPlugin / `accelerate launch --dynamo_backend`)."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -37,13 +37,13 @@ def compile_model(model: nn.Module, config: DynamoConfig, options: Any = None) -
         return model
     kwargs = compile_kwargs(config, options)
     if not config.dynamo_use_regional_compilation:
-        return torch.compile(model, **kwargs)
+        return cast(nn.Module, torch.compile(model, **kwargs))  # an OptimizedModule
     inner = getattr(model, "module", model)
     for block_list in inner.modules():
         if isinstance(block_list, nn.ModuleList):
             counts = Counter(type(child) for child in block_list)
             for i, child in enumerate(block_list):
                 if counts[type(child)] > 1:
-                    block_list[i] = torch.compile(child, **kwargs)
-    model._notebook_launcher_regions_compiled = True
+                    block_list[i] = cast(nn.Module, torch.compile(child, **kwargs))
+    model._notebook_launcher_regions_compiled = True  # type: ignore[assignment]  # torch types Module.__setattr__ as Tensor | Module; any value is kept
     return model

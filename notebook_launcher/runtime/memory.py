@@ -45,10 +45,11 @@ def clear_device_cache(garbage_collection: bool = False) -> None:
 
 def release_memory(*objects: Any) -> list[None]:
     """Drop the references, collect garbage, empty the device cache. Use: `a, b = release_memory(a, b)`."""
-    objects = [None] * len(objects)
+    count = len(objects)
+    del objects  # this frame's references go before the collection
     clear_device_cache(garbage_collection=True)
     phase_ended()  # and the host heap's free pages go back to the system
-    return objects
+    return [None] * count
 
 
 def find_executable_batch_size(

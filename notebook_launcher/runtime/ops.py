@@ -8,7 +8,7 @@ then trims), which the plain all_gather does not.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -29,7 +29,8 @@ def recursively_apply(fn: Callable[[torch.Tensor], Any], data: Any) -> Any:
     if isinstance(data, (list, tuple)):
         return type(data)(recursively_apply(fn, v) for v in data)
     if isinstance(data, Mapping):
-        return type(data)({k: recursively_apply(fn, v) for k, v in data.items()})
+        mapping_type: Any = type(data)  # a concrete mapping class (dict, OrderedDict, ...)
+        return mapping_type({k: recursively_apply(fn, v) for k, v in data.items()})
     return data
 
 
@@ -110,8 +111,12 @@ def copy_tensor_to_devices(tensor: torch.Tensor | None = None) -> torch.Tensor |
         raise ValueError("copy_tensor_to_devices: no process passed a tensor; one process must pass it.")
     meta = [(tuple(tensor.shape), tensor.dtype) if tensor is not None else None]
     dist.broadcast_object_list(meta, src=source)
-    shape, dtype = meta[0]
-    out = tensor.contiguous() if dist.get_rank() == source else torch.empty(shape, dtype=dtype, device=device)
+    shape, dtype = cast("tuple[tuple[int, ...], torch.dtype]", meta[0])  # the source's, broadcast
+    out = (
+        cast(torch.Tensor, tensor).contiguous()
+        if dist.get_rank() == source
+        else torch.empty(shape, dtype=dtype, device=device)
+    )
     dist.broadcast(out, src=source)
     return out
 
@@ -174,7 +179,8 @@ def concatenate(data: list[Any], dim: int = 0) -> Any:
     if isinstance(first, (list, tuple)):
         return type(first)(concatenate([d[i] for d in data], dim=dim) for i in range(len(first)))
     if isinstance(first, Mapping):
-        return type(first)({k: concatenate([d[k] for d in data], dim=dim) for k in first})
+        mapping_type: Any = type(first)  # a concrete mapping class (dict, OrderedDict, ...)
+        return mapping_type({k: concatenate([d[k] for d in data], dim=dim) for k in first})
     if not isinstance(first, torch.Tensor):
         raise TypeError(
             f"concatenate can only join tensors (or lists/dicts of tensors); got {type(first).__name__}."

@@ -7,7 +7,7 @@ import contextlib
 import importlib.util
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -27,7 +27,7 @@ def extract_model_from_parallel(
 ) -> nn.Module:
     """The user's module inside DistributedDataParallel (and torch.compile unless keep_torch_compile)."""
     compiled = model if hasattr(model, "_orig_mod") else None
-    inner = model._orig_mod if compiled is not None else model
+    inner = cast(nn.Module, model._orig_mod) if compiled is not None else model  # the compiled one's module
     while isinstance(inner, nn.parallel.DistributedDataParallel):
         inner = inner.module
     if not keep_fp32_wrapper:

@@ -8,18 +8,41 @@ import contextlib
 import os
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .. import ops
 from .kwargs import ProfileKwargs
 
+if TYPE_CHECKING:
+    from ...config.enums import DistributedType
+    from ..data import DataLoaderShard
+
 
 class ControlAPI:
     """Mixin: needs self.device, self.state, self.distributed_type, self._dataloaders, handlers."""
 
     flag_tensor: torch.Tensor | None = None
+    # declared only: the Accelerator sets them, and its other mixins define the properties below
+    handlers: dict[type, Any]
+    _dataloaders: list[DataLoaderShard]
+
+    if TYPE_CHECKING:
+
+        @property
+        def device(self) -> torch.device: ...
+        @property
+        def use_distributed(self) -> bool: ...
+        @property
+        def process_index(self) -> int: ...
+        def wait_for_everyone(self) -> None: ...
+        @property
+        def distributed_type(self) -> DistributedType: ...
+        @property
+        def even_batches(self) -> bool: ...
+        @even_batches.setter
+        def even_batches(self, value: bool) -> None: ...
 
     # --------------------------------------------------------------- trigger
     def set_trigger(self) -> None:

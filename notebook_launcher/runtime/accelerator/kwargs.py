@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, ClassVar
 
 from ...config.enums import DDPCommunicationHookType
 
 
 class KwargsHandler:
     """Base: `to_kwargs()` returns only the fields the user changed from their defaults."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # declared only: every subclass is a dataclass
 
     def to_kwargs(self) -> dict[str, Any]:
         default = type(self)()

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import gc
 import os
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -22,12 +23,43 @@ from ..checkpointing.safe_files import save_safetensors
 from ..precision.mixed import Precision
 from ..world.state import reset_state, teardown_on_end
 
+if TYPE_CHECKING:
+    from ..data import DataLoaderShard
+    from ..strategies import Strategy
+    from ..wrappers import AcceleratedOptimizer, AcceleratedScheduler
+    from .configurations import ProjectConfiguration
+
 
 class SavingAPI:
     """Mixin: needs self.strategy, self.precision, self._models/_optimizers/..., the state hooks,
     self.project_configuration and ProcessAPI."""
 
     save_iteration: int  # the next automatic checkpoint's number
+    # declared only: the Accelerator sets them, and its other mixins define the methods below
+    step: int
+    strategy: Strategy
+    precision: Precision
+    project_configuration: ProjectConfiguration
+    _models: list[nn.Module]
+    _optimizers: list[AcceleratedOptimizer]
+    _schedulers: list[AcceleratedScheduler]
+    _dataloaders: list[DataLoaderShard]
+    _custom_objects: list[Any]
+    _prepared_ids: set[int]
+    _save_model_state_pre_hook: OrderedDict[int, Any]
+    _load_model_state_pre_hook: OrderedDict[int, Any]
+
+    if TYPE_CHECKING:
+
+        @property
+        def is_main_process(self) -> bool: ...
+        @property
+        def process_index(self) -> int: ...
+        def wait_for_everyone(self) -> None: ...
+        @property
+        def project_dir(self) -> str | None: ...
+        def _tracker_runs(self) -> dict[str, dict]: ...
+        def _continue_tracker_runs(self, checkpoint_dir: str | os.PathLike[str]) -> None: ...
 
     def unwrap_model(self, model: nn.Module, keep_fp32_wrapper: bool = True) -> nn.Module:
         inner = self.strategy.unwrap_model(model)
@@ -124,9 +156,11 @@ class SavingAPI:
         path = checkpoint.save_state(
             self._training_objects(),
             self._ranks(),
-            output_dir,
+            cast("str | os.PathLike[str]", output_dir),  # automatic when it was None
             safe_serialization=safe_serialization,
-            staging=Path(self.project_dir) if automatic else None,
+            staging=Path(cast(str, self.project_dir))
+            if automatic
+            else None,  # set: new_checkpoint_dir checked
         )
         if automatic and self.is_main_process:
             naming.rotate(path.parent, project.total_limit, keep=path)

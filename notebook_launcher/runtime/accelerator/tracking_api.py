@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import ConfigError, install_hint
 from .. import telemetry
@@ -28,6 +29,11 @@ class TrackingAPI:
 
     trackers: list[GeneralTracker]
     log_with: list[Any]
+
+    if TYPE_CHECKING:  # ProcessAPI's, in the Accelerator
+
+        @property
+        def is_main_process(self) -> bool: ...
 
     def _init_tracking(self, log_with: Any) -> None:
         """Decide the trackers now (bad names fail at construction, as in Accelerate); start none."""
@@ -71,14 +77,16 @@ class TrackingAPI:
                 new.append(entry)  # a custom tracker arrives built
                 continue
             cls = LOGGER_TYPE_TO_CLASS[str(entry)]
+            build: Callable[..., GeneralTracker] = cls  # each tracker class has its own constructor
             kwargs = init_kwargs.get(str(entry), {})
             if cls.requires_logging_directory:
-                new.append(cls(project_name, logging_dir, **kwargs))
+                new.append(build(project_name, logging_dir, **kwargs))
             else:
-                new.append(cls(project_name, **kwargs))
+                new.append(build(project_name, **kwargs))
         self.trackers.extend(new)
         for tracker in new:
-            saved = self._saved_tracker_runs.get(getattr(tracker, "name", None))
+            name: Any = getattr(tracker, "name", None)
+            saved = self._saved_tracker_runs.get(name)
             if saved:  # load_state came first: open the saved run instead of a new one
                 tracker.continue_run(saved)
             tracker.start()

@@ -3,17 +3,36 @@ facade.py stays about preparing and training."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from ...config.enums import DistributedType
 from ..world import preemption
 
+if TYPE_CHECKING:
+    from ...config import LaunchConfig
+    from ..data import GradientState
+    from ..precision.mixed import Precision
+    from ..world.shared_state import AcceleratorState
+    from ..world.state import ProcessState
+    from ..wrappers import AcceleratedOptimizer
+    from .configurations import DataLoaderConfiguration, ProjectConfiguration
+
 
 class SettingsView:
     """Mixin: needs self.config, self.gradient_state, self.dataloader_config,
     self.project_configuration, self.state, self.precision, self._optimizers."""
+
+    # declared only: the Accelerator sets them
+    config: LaunchConfig
+    gradient_state: GradientState
+    dataloader_config: DataLoaderConfiguration
+    project_configuration: ProjectConfiguration
+    state: ProcessState  # (an AcceleratorState: ProcessState's fields and more)
+    precision: Precision
+    _optimizers: list[AcceleratedOptimizer]
+    _distributed_type: DistributedType
 
     @property
     def preempted(self) -> bool:
@@ -102,8 +121,8 @@ class SettingsView:
 
     @property
     def fsdp_plugin(self) -> Any:
-        return self.state.fsdp_plugin
+        return cast("AcceleratorState", self.state).fsdp_plugin
 
     @property
     def deepspeed_plugin(self) -> Any:
-        return self.state.deepspeed_plugin
+        return cast("AcceleratorState", self.state).deepspeed_plugin

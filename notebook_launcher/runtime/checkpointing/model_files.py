@@ -41,7 +41,7 @@ def size_in_bytes(size: int | str) -> int:
 
 def without_shared_tensors(state_dict: Mapping[str, Any]) -> dict[str, Any]:
     """safetensors refuses two names for one storage (tied weights): keep the first name of each."""
-    seen: set[tuple[Any, int]] = set()
+    seen: set[tuple[int, int | torch.SymInt]] = set()
     clean: dict[str, Any] = {}
     for name, tensor in state_dict.items():
         if isinstance(tensor, torch.Tensor):

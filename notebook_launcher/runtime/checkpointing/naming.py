@@ -38,7 +38,8 @@ def existing_checkpoints(folder: Path) -> list[Path]:
     if not folder.is_dir():
         return []
     found = [p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")]
-    return sorted((p for p in found if checkpoint_number(p) is not None), key=checkpoint_number)
+    numbered = [p for p in found if checkpoint_number(p) is not None]
+    return sorted(numbered, key=lambda p: checkpoint_number(p) or 0)  # never 0 for lack of a number
 
 
 def new_checkpoint_dir(project_dir: str | None, iteration: int) -> Path:

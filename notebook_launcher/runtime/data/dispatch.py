@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -92,7 +92,7 @@ def dispatch(
     while True:
         if rank == 0:
             current = pending
-            pending = next(source, None) if current is not None else None
+            pending = next(cast(Iterator[Any], source), None) if current is not None else None  # rank 0: set
             message = [None if current is None else current, pending is None]
         else:
             message = [None, None]

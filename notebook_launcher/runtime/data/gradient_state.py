@@ -27,7 +27,7 @@ class GradientState:
         if not self._shared_state:
             self.sync_gradients = True
             self.plugin_kwargs = {}
-            self._loader_refs = []
+            self._loader_refs: list[weakref.ref] = []
         if gradient_accumulation_plugin is not None:
             self.plugin_kwargs = gradient_accumulation_plugin.to_kwargs()
 

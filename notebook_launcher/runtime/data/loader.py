@@ -13,8 +13,8 @@ synchronising the Accelerator's rng_types.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Generator, Iterator, Sized
+from typing import Any, cast
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset, Sampler
@@ -93,7 +93,7 @@ class DataLoaderShard:
         self.end_of_dataloader = False
         self.remainder = -1
         self._stream = StreamReader(loader) if self.is_iterable and not self.dispatch_batches else None
-        self._sampling = (
+        self._sampling: Any = (  # the loader's batch sampler (any object yielding index lists)
             None
             if self.is_iterable
             else adopt_batch_sampler(
@@ -175,7 +175,7 @@ class DataLoaderShard:
     def __len__(self) -> int:
         if self._stream is not None:
             try:
-                length = len(self.dataset)
+                length = len(cast(Sized, self.dataset))  # no __len__: TypeError, caught
             except TypeError as exc:
                 raise TypeError(
                     f"{exc}: this prepared DataLoader reads a stream (an IterableDataset) without "
@@ -218,7 +218,7 @@ class DataLoaderShard:
             return self._batches()
         return _timed(self._batches())
 
-    def _batches(self) -> Iterator[Any]:
+    def _batches(self) -> Generator[Any, None, None]:
         if self.rng_types:
             synchronize_rng_states(self.rng_types, self._synchronized_generator())
         self._begin()
@@ -257,8 +257,9 @@ class DataLoaderShard:
         """This rank's share of the stream: the same number of steps on every rank (even_batches)."""
         if hasattr(self.dataset, "set_epoch"):  # as Accelerate does: a stream may reshuffle per epoch
             self.dataset.set_epoch(self.epoch)
+        stream = cast(StreamReader, self._stream)  # set whenever the dataset is iterable and not dispatched
         skip, self._skip_next = self._skip_next, 0
-        steps = shard_stream(self._stream.items(), size_of=self._stream.size_of, **self._stream_shape)
+        steps = shard_stream(stream.items(), size_of=stream.size_of, **self._stream_shape)
         total = _sized(self.dataset, self._stream_steps)
         self.batches_yielded = skip
         last_emit = 0.0
@@ -271,7 +272,7 @@ class DataLoaderShard:
             if telemetry.has_sink() and (step.last or now - last_emit > _PROGRESS_EVERY_S):
                 telemetry.emit("progress", step=index, total=total, epoch=self.epoch)
                 last_emit = now
-            yield self._to_device(self._stream.collate(step.items))
+            yield self._to_device(stream.collate(step.items))
 
     def _mark_stream_position(self, step: StreamStep) -> None:
         """end_of_dataloader on the last step; there, remainder = the genuine samples of the last
@@ -279,7 +280,7 @@ class DataLoaderShard:
         self.end_of_dataloader = step.last
         if step.last:
             padded = step.real is not None and step.real < (step.size or 0)
-            self.remainder = step.real if padded else 0
+            self.remainder = step.real if padded and step.real is not None else 0
 
     def _iter_dispatched(self) -> Iterator[Any]:
         skip, self._skip_next = self._skip_next, 0
@@ -319,7 +320,7 @@ class DataLoaderShard:
         self.remainder = -1
         if not self._drop_last and not self.is_iterable:
             try:
-                self.remainder = len(self.dataset) % (self.total_batch_size or 1)
+                self.remainder = len(cast(Sized, self.dataset)) % (self.total_batch_size or 1)
             except TypeError:
                 pass
         self.gradient_state._add_dataloader(self)
@@ -381,7 +382,7 @@ def _sized(dataset: Any, steps_of) -> int | None:
         return None
 
 
-def _timed(batches: Iterator[Any]) -> Iterator[Any]:
+def _timed(batches: Generator[Any, None, None]) -> Iterator[Any]:
     """The same batches, with the time the training loop waited for each one on the step clock."""
     clock = step_clock.CLOCK
     try:

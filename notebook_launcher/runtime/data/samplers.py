@@ -97,7 +97,7 @@ def adopt_batch_sampler(
 ) -> Any:
     """The batch sampler a prepared loader draws from: the user's, with Accelerate's two changes
     (a seedable sampler on request; a generator for a random sampler on several processes)."""
-    batch_sampler = loader.sampler if isinstance(loader.sampler, BatchSampler) else loader.batch_sampler
+    batch_sampler: Any = loader.sampler if isinstance(loader.sampler, BatchSampler) else loader.batch_sampler
     sampler = sampler_of(batch_sampler)
     if not isinstance(sampler, RandomSampler):
         return batch_sampler

@@ -43,7 +43,7 @@ def _adopt(given: Any) -> ParallelismConfig | None:
         from ...config.parallelism import TorchTensorParallelConfig
 
         handler = getattr(given, "tp_handler", None)
-        sizes = {
+        sizes: dict[str, Any] = {
             n: getattr(given, n, 1) for n in ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size")
         }
         return ParallelismConfig(

@@ -9,7 +9,7 @@ the TP step before it, and a gradient norm over parameters that live on differen
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -70,7 +70,7 @@ class ModelParallelStrategy(FSDPStrategy):
             _broadcast_plain_tensors(model)
         if self.parallelism.tp_enabled:
             model, route = apply_tensor_parallel(
-                model, self.device_mesh, self.parallelism.tp_handler, self.parallelism.tp_size
+                model, self.device_mesh, self.parallelism.tp_handler, cast(int, self.parallelism.tp_size)
             )
             _note(self.state, f"tensor parallel over tp_size={self.parallelism.tp_size}: {route}.")
         if self.shards_data:
@@ -99,7 +99,7 @@ class ModelParallelStrategy(FSDPStrategy):
         if coef < 1.0:
             with torch.no_grad():
                 for p in params:
-                    p.grad.mul_(coef)
+                    cast(torch.Tensor, p.grad).mul_(coef)  # params: those with a grad
         return total
 
 

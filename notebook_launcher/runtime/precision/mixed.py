@@ -65,7 +65,7 @@ class Precision:
                 out = original(*args, **kwargs)
             return convert_to_fp32(out)
 
-        model._nl_original_forward = original
+        model._nl_original_forward = original  # type: ignore[assignment]  # torch types Module.__setattr__ as Tensor | Module; any value is kept
         model.forward = forward
 
     @staticmethod

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -81,7 +81,7 @@ class Strategy:
         """The user's own module inside whatever wrappers this strategy (or torch.compile) added."""
         while True:
             if hasattr(model, "_orig_mod"):  # torch.compile
-                model = model._orig_mod
+                model = cast(nn.Module, model._orig_mod)
             elif isinstance(model, nn.parallel.DistributedDataParallel):
                 model = model.module
             else:

@@ -6,6 +6,7 @@ A hook the device cannot run is refused here with the reason, not left to fail i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -41,7 +42,9 @@ def _check_device(kinds: tuple[DDPCommunicationHookType, ...], device: torch.dev
         )
 
 
-def register_comm_hook(model: nn.Module, options: dict[str, Any], device: torch.device) -> None:
+def register_comm_hook(
+    model: nn.parallel.DistributedDataParallel, options: dict[str, Any], device: torch.device
+) -> None:
     """Register the hook `options` (the HOOK_FIELDS of DistributedDataParallelKwargs) names on a DDP
     model, as Accelerate does: a wrapper applies only around a hook; PowerSGD gets its state."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
@@ -51,13 +54,14 @@ def register_comm_hook(model: nn.Module, options: dict[str, Any], device: torch.
     if hook_kind is DDPCommunicationHookType.NO:
         return
     _check_device((hook_kind, wrapper_kind), device)
-    hook = {
+    hooks: dict[DDPCommunicationHookType, Callable[..., Any]] = {
         DDPCommunicationHookType.FP16: default_hooks.fp16_compress_hook,
         DDPCommunicationHookType.BF16: default_hooks.bf16_compress_hook,
         DDPCommunicationHookType.POWER_SGD: powerSGD_hook.powerSGD_hook,
         DDPCommunicationHookType.BATCHED_POWER_SGD: powerSGD_hook.batched_powerSGD_hook,
-    }[hook_kind]
-    wrapper = {
+    }
+    hook = hooks[hook_kind]
+    wrapper: Callable[..., Any] | None = {
         DDPCommunicationHookType.FP16: default_hooks.fp16_compress_wrapper,
         DDPCommunicationHookType.BF16: default_hooks.bf16_compress_wrapper,
     }.get(wrapper_kind)

@@ -9,6 +9,8 @@ as owned by the process state, so `end_training()` / `reset_state()` tear it dow
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch.distributed as dist
 
 from ..world.state import ProcessState
@@ -24,7 +26,7 @@ def ensure_process_group(state: ProcessState) -> None:
             "other distributed call."
         )
     backend = "nccl" if state.device.type == "cuda" else "gloo"
-    kwargs = {"device_id": state.device} if state.device.type == "cuda" else {}
+    kwargs: dict[str, Any] = {"device_id": state.device} if state.device.type == "cuda" else {}
     dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, **kwargs)
     state.backend = backend
     state.owns_process_group = True

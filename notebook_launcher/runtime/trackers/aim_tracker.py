@@ -20,6 +20,7 @@ class AimTracker(ResumableTracker):
     packages = (("aim", ("aim",)),)
     handle = "writer"
     closes_with = "close"
+    writer: Any  # the aim.Run, set by start()
 
     def __init__(
         self, run_name: str, logging_dir: str | os.PathLike[str] | None = ".", **kwargs: Any

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, ClassVar, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeVar
 
 import torch
 
@@ -51,6 +51,14 @@ class GeneralTracker:
     """
 
     main_process_only = True
+    # declared, not set: each subclass defines them (`__init__` checks, as Accelerate)
+    name: str
+    requires_logging_directory: bool
+
+    if TYPE_CHECKING:
+
+        @property
+        def tracker(self) -> Any: ...
 
     def __init__(self, _blank: bool = False) -> None:
         if _blank:

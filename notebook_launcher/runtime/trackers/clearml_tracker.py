@@ -28,7 +28,7 @@ class ClearMLTracker(TableLogger, BuiltinTracker):
     def start(self) -> None:
         from clearml import Task
 
-        current = Task.current_task()
+        current: Task | None = Task.current_task()
         if current:
             self._initialized_externally = True
             self.task = current

@@ -21,6 +21,7 @@ class CometMLTracker(ResumableTracker):
     packages = (("comet_ml", ("comet_ml", "comet-ml")),)
     handle = "writer"
     closes_with = "end"
+    writer: Any  # the Comet experiment, set by start()
 
     def _resume_kwargs(self, state: dict) -> dict:
         return {"experiment_key": state["experiment_key"], "mode": "get_or_create"}

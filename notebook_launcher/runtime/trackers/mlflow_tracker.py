@@ -24,6 +24,7 @@ class MLflowTracker(ResumableTracker):
     requires_logging_directory = False
     packages = (("mlflow", ("mlflow", "mlflow-skinny")),)
     handle = "active_run"
+    active_run: Any  # mlflow's ActiveRun, set by start()
 
     def __init__(
         self,
@@ -56,7 +57,9 @@ class MLflowTracker(ResumableTracker):
             run_id=run_id,
             experiment_id=experiment_id,
             run_name=self.run_name,
-            nested=self.nested_run,
+            nested=bool(
+                self.nested_run
+            ),  # None (allowed by the signature) as False: mlflow reads it as a flag
             tags=self.tags,
             description=self.description,
         )

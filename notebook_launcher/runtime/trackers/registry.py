@@ -50,7 +50,9 @@ def package_for(name: str) -> str:
 def is_tracker_available(name: str) -> bool:
     """Installed, checked without importing it: a folder named `wandb` in the cwd does not count."""
     cls = _BUILT_IN_BY_NAME.get(name)
-    for module, distributions in cls.packages if cls else ():
+    if cls is None:
+        return False
+    for module, distributions in cls.packages:
         if importlib.util.find_spec(module) is None:
             continue
         for dist in distributions:
@@ -95,7 +97,7 @@ def resolve_log_with(
     if log_with is None:
         return [], []
     entries = list(log_with) if isinstance(log_with, (list, tuple)) else [log_with]
-    instances = [e for e in entries if isinstance(e, GeneralTracker)]
+    instances: list[LoggerType | str | GeneralTracker] = [e for e in entries if isinstance(e, GeneralTracker)]
     if any(_is_all(e) for e in entries):
         return instances + get_available_trackers(), []
     chosen: list[LoggerType | str | GeneralTracker] = []

@@ -19,6 +19,7 @@ class SwanLabTracker(ConfigCarryingTracker):
     requires_logging_directory = False
     main_process_only = False
     packages = (("swanlab", ("swanlab",)),)
+    run: Any  # the library\'s run object, set by start()
 
     def _open(self, kwargs: dict) -> Any:
         import swanlab

@@ -24,6 +24,9 @@ class TensorBoardTracker(ResumableTracker):
     packages = (("tensorboard", ("tensorboard",)), ("tensorboardX", ("tensorboardX",)))
     handle = "writer"
     closes_with = "close"
+    run_name: str
+    writer: Any  # the SummaryWriter, set by start()
+    logging_dir: str
 
     def __init__(self, run_name: str, logging_dir: str | os.PathLike[str], **kwargs: Any) -> None:
         super().__init__(run_name, **kwargs)
@@ -37,13 +40,17 @@ class TensorBoardTracker(ResumableTracker):
     def _open(self, kwargs: dict) -> Any:
         try:
             from torch.utils import tensorboard
+
+            summary_writer = tensorboard.SummaryWriter
         except ModuleNotFoundError:  # only tensorboardX is installed
-            import tensorboardX as tensorboard
+            import tensorboardX
+
+            summary_writer = tensorboardX.SummaryWriter
         self.logging_dir = os.path.join(self.logging_dir_param, self.run_name)
         if self._resume:
             self.logging_dir = self._resume["logging_dir"]
             self._last_step = self._resume.get("step")
-        return tensorboard.SummaryWriter(self.logging_dir, **kwargs)
+        return summary_writer(self.logging_dir, **kwargs)
 
     @on_main_process
     def store_init_configuration(self, values: dict) -> None:

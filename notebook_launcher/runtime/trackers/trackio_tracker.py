@@ -6,7 +6,7 @@ A resumed run reopens the saved run name in the saved project (`resume="allow"`)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from .base import ResumableTracker, on_main_process
 
@@ -18,6 +18,7 @@ class TrackioTracker(ResumableTracker):
     requires_logging_directory = False
     main_process_only = False
     packages = (("trackio", ("trackio",)),)
+    run: Any  # the library\'s run object, set by start()
 
     def _resume_kwargs(self, state: dict) -> dict:
         return {"name": state["name"], "resume": "allow"}
@@ -25,7 +26,8 @@ class TrackioTracker(ResumableTracker):
     def _open(self, kwargs: dict) -> Any:
         import trackio
 
-        return trackio.init(project=self._project(), **kwargs)
+        # init_trackers always passes its project_name (a str) as run_name
+        return trackio.init(project=cast(str, self._project()), **kwargs)
 
     @on_main_process
     def store_init_configuration(self, values: dict) -> None:

@@ -20,6 +20,7 @@ class WandBTracker(TableLogger, ConfigCarryingTracker):
     requires_logging_directory = False
     main_process_only = False
     packages = (("wandb", ("wandb",)),)
+    run: Any  # the library\'s run object, set by start()
 
     def _open(self, kwargs: dict) -> Any:
         import wandb

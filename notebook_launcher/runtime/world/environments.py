@@ -193,7 +193,7 @@ def _slurm_world(environ: Mapping[str, str]) -> World | None:
 
 def _mpi_ranks(environ: Mapping[str, str]) -> list[tuple[tuple[str, ...], int, int]]:
     """(flavour, rank, size) of every MPI whose variables are set; partial or contradicting ones raise."""
-    found = []
+    found: list[tuple[tuple[str, ...], int, int]] = []
     for flavour in MPI_FLAVOURS:
         name, rank_var, size_var = flavour[:3]
         has_rank, has_size = bool(environ.get(rank_var)), bool(environ.get(size_var))

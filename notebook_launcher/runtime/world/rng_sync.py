@@ -11,7 +11,7 @@ every prepared loader already shuffles from one seed agreed by all ranks, so it 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -56,7 +56,7 @@ def synchronize_rng_state(rng_type: str, generator: torch.Generator | None = Non
     elif rng_type == "cuda":
         state = torch.cuda.get_rng_state()
     elif rng_type == "generator":
-        state = generator.get_state()
+        state = cast(torch.Generator, generator).get_state()  # not None: returned above
     else:
         raise AcceleratorError(f"rng_type={rng_type!r} cannot be synchronised; use one of {RNG_TYPES}.")
     on_gpu = dist.get_backend() == "nccl"
@@ -68,7 +68,7 @@ def synchronize_rng_state(rng_type: str, generator: torch.Generator | None = Non
     elif rng_type == "cuda":
         torch.cuda.set_rng_state(shared)
     else:
-        generator.set_state(shared)
+        cast(torch.Generator, generator).set_state(shared)
 
 
 def synchronize_rng_states(rng_types: Iterable[Any], generator: torch.Generator | None = None) -> None:

@@ -15,7 +15,7 @@ import datetime
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -147,8 +147,9 @@ def _attempt_store(world: World, timeout: datetime.timedelta | None) -> dict[str
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     if attempt in ("", "0") or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return {}
+    port = cast(int, world.master_port)  # torchelastic's agent store: MASTER_PORT is set
     client = dist.TCPStore(
-        str(world.master_addr), int(world.master_port), is_master=False, timeout=timeout or default_pg_timeout
+        str(world.master_addr), int(port), is_master=False, timeout=timeout or default_pg_timeout
     )
     return {"store": dist.PrefixStore(f"notebook_launcher/attempt_{attempt}", client)}
 
@@ -202,7 +203,7 @@ def get_state(
         )
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        kwargs = {"backend": backend, "rank": rank, "world_size": world_size}
+        kwargs: dict[str, Any] = {"backend": backend, "rank": rank, "world_size": world_size}
         if init_method is not None:
             kwargs["init_method"] = init_method
         if timeout is not None:

@@ -5,7 +5,7 @@ of a split layer, which share data."""
 from __future__ import annotations
 
 import html
-from typing import Any
+from typing import Any, cast
 
 import ipywidgets as widgets
 
@@ -82,7 +82,7 @@ def mesh_grid_html(section: dict[str, Any], world_size: int) -> str:
     rows: dict[tuple[int, int, int], list[dict[str, int]]] = {}
     for coords in mesh_coordinates(config, world_size):
         rows.setdefault((coords["dp_replicate"], coords["dp_shard"], coords["cp"]), []).append(coords)
-    head = "".join(f"<th>tp {t}</th>" for t in range(config.tp_size))
+    head = "".join(f"<th>tp {t}</th>" for t in range(cast(int, config.tp_size)))  # set by __post_init__
     body = []
     for (replica, shard, _cp), cells in rows.items():
         colour = _SHARD_COLOURS[shard % len(_SHARD_COLOURS)]

@@ -136,7 +136,7 @@ class RunState:
     def _apply_progress(self, event: ProgressUpdate) -> None:
         current = self.progress.get(event.rank)
         new_epoch = current is None or event.epoch != current.epoch or event.step < current.step
-        if new_epoch:
+        if new_epoch or current is None:  # (None is a new epoch too)
             # The first update of an epoch starts the clock; a step count of 1 means one batch
             # already took an unknown time, so the rate is measured from here on.
             current = Progress(epoch=event.epoch, started=event.time, first_step=event.step)

@@ -15,7 +15,7 @@ The parameter persistence threshold keeps DeepSpeed's default (small tensors sta
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 AUTO = "auto"
 FLOOR = 2**20
@@ -50,6 +50,6 @@ def fill_sizes(zero: dict[str, Any], largest_parameter: int | None, *, from_file
         model_sized = largest_parameter is not None and key in MODEL_SIZED
         if from_file:
             if zero.get(key) == AUTO:
-                zero[key] = sized(key, largest_parameter) if model_sized else default
+                zero[key] = sized(key, cast(int, largest_parameter)) if model_sized else default
         elif model_sized and key not in zero:
-            zero[key] = sized(key, largest_parameter)
+            zero[key] = sized(key, cast(int, largest_parameter))  # model_sized: not None

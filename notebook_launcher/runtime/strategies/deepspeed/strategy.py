@@ -22,7 +22,7 @@ import logging
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -144,9 +144,10 @@ class DeepSpeedStrategy(Strategy):
                 swapped.append(handle)
             else:
                 swapped.append(obj)
-        if schedulers and self.engine_config.has_scheduler:
+        engine_config = cast(EngineConfig, self.engine_config)  # set by _build_engine
+        if schedulers and engine_config.has_scheduler:
             raise ConfigError(
-                f"{self.engine_config.source} has a 'scheduler' section and a scheduler was also passed to "
+                f"{engine_config.source} has a 'scheduler' section and a scheduler was also passed to "
                 "prepare(); remove one of them."
             )
         return swapped
@@ -245,7 +246,7 @@ class DeepSpeedStrategy(Strategy):
         if abs(configured - float(max_norm)) > 1e-12:
             raise AcceleratorError(
                 f"clip_grad_norm_(max_norm={max_norm}) under DeepSpeed: the engine clips inside its step with "
-                f"gradient_clipping={configured} from {self.engine_config.source}. Set "
+                f"gradient_clipping={configured} from {cast(EngineConfig, self.engine_config).source}. Set "
                 f'deepspeed_config.gradient_clipping={max_norm} (or "gradient_clipping": {max_norm} in the file).'
             )
         norm = engine.get_global_grad_norm()

@@ -83,7 +83,7 @@ def full_model_state(model: nn.Module) -> dict[str, torch.Tensor]:
 
 def load_full_model_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
     """Load a full state dict (every rank holds it) into the sharded model."""
-    set_model_state_dict(model, state, options=_LOAD_FULL)
+    set_model_state_dict(model, state, options=_LOAD_FULL)  # type: ignore[arg-type]  # torch wants dict[str, ValueType] (invariant); tensors are ValueType
 
 
 def full_optimizer_state(model: nn.Module, optimizer: Any) -> dict[str, Any]:
@@ -99,7 +99,7 @@ def load_full_optimizer_state(model: nn.Module, optimizer: Any, state: dict[str,
 def save_sharded(folder: Path, models: list[nn.Module], optimizers: list[Any]) -> None:
     """Every rank writes its shards of every model and optimizer (torch.distributed.checkpoint)."""
     for i, model in enumerate(models):
-        state = {"model": get_model_state_dict(model, options=_SHARDED)}
+        state: dict[str, Any] = {"model": get_model_state_dict(model, options=_SHARDED)}
         dcp.save(state, checkpoint_id=str(sharded_model_dir(folder, i)))
     for i, optimizer in enumerate(optimizers):
         model = model_of(optimizer, models)
@@ -111,7 +111,7 @@ def load_sharded(folder: Path, models: list[nn.Module], optimizers: list[Any]) -
     """Read the shards this rank needs, whatever number of ranks wrote them."""
     for i, model in enumerate(models):
         path = _existing(sharded_model_dir(folder, i), "model", i)
-        state = {"model": get_model_state_dict(model, options=_SHARDED)}
+        state: dict[str, Any] = {"model": get_model_state_dict(model, options=_SHARDED)}
         dcp.load(state, checkpoint_id=str(path))
         set_model_state_dict(model, state["model"], options=_SHARDED)
     for i, optimizer in enumerate(optimizers):

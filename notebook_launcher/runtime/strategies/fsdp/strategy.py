@@ -25,7 +25,7 @@ import contextlib
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -58,7 +58,9 @@ class FSDPStrategy(Strategy):
     name = "FSDP"
     shards_weights = True
 
-    def __new__(cls, state: Any, config: Any, precision: Any, **kwargs: Any) -> Strategy:
+    def __new__(
+        cls, state: Any, config: Any, precision: Any, **kwargs: Any
+    ) -> Any:  # NO_SHARD: a DDPStrategy or Strategy
         if config.fsdp_config.fsdp_sharding_strategy == "NO_SHARD":
             from ..ddp import DDPStrategy
 
@@ -197,7 +199,7 @@ class FSDPStrategy(Strategy):
     def clip_grad_norm_(self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0):
         """Clip by the norm over all shards; returns that total norm as a plain tensor (same on every rank)."""
         params = [p for p in parameters if p.grad is not None]
-        grads = [p.grad for p in params]
+        grads = [cast(torch.Tensor, p.grad) for p in params]  # params: those with a grad
         total = torch.nn.utils.get_total_norm(grads, norm_type=norm_type)
         if hasattr(total, "full_tensor"):
             total = total.full_tensor()
