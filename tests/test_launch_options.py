@@ -139,7 +139,6 @@ def test_the_parent_is_clean_after_a_failure_or_a_timeout(outcome):
 
 WARM_START_SCRIPT = """
 import json, sys, time
-import torch  # a parent that uses torch, as a notebook that trains does: the launch warms it up (issue 34)
 from notebook_launcher import notebook_launch
 
 def ddp_step():
@@ -165,9 +164,8 @@ if __name__ == "__main__":
 
 def test_the_first_launch_imports_what_every_worker_needs_once_in_the_parent(tmp_path):
     """Warm start: torch._dynamo (which DDP imports on first use, ~1.3 s) is imported in the parent
-    before forking, so forked workers find it already loaded and relaunches start fast. Only in a
-    parent that imported torch itself (tests/test_torch_free_launcher.py: one that did not keeps
-    torch out)."""
+    before forking, so forked workers find it already loaded and relaunches start fast, also in a
+    parent that never imported torch (its workers import the runtime and torch in any case)."""
     import subprocess
     import sys
 
