@@ -20,7 +20,7 @@ import signal
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from ..config import LaunchConfig, config_to_env, patched_environ, to_file_dict
 from ..config.env import GRACEFUL_PREEMPTION_ENV
@@ -64,7 +64,7 @@ class RunPlan:
 
     @property
     def local_processes(self) -> int:
-        return int(self.config.num_processes) // self.config.num_machines
+        return int(cast(int, self.config.num_processes)) // self.config.num_machines  # set by resolve.py
 
 
 def choose_port(config: LaunchConfig, notes: list[str]) -> int:
@@ -96,7 +96,7 @@ def build_plan(
     """
     notes: list[str] = []
     config = config.replace(main_process_port=choose_port(config, notes))
-    local = int(config.num_processes) // config.num_machines
+    local = int(cast(int, config.num_processes)) // config.num_machines  # set by resolve.py
     args = [f"--nnodes={config.num_machines}", f"--nproc_per_node={local}", *_rendezvous_args(config, notes)]
     args += [f"--max_restarts={config.max_restarts}", f"--monitor_interval={config.monitor_interval}"]
     from ..system.hardware import ranks_run_on_cpu, threads_per_rank
@@ -239,7 +239,8 @@ def hosted_store(config: LaunchConfig) -> Any:
     if bind == ALL_INTERFACES:
         return None
     try:
-        return host_store(bind, int(config.main_process_port), timeout_s=15 * 60, multi_tenant=True)
+        port = int(cast(int, config.main_process_port))  # set by resolve.py
+        return host_store(bind, port, timeout_s=15 * 60, multi_tenant=True)
     except (OSError, RuntimeError) as exc:
         raise ConfigError(
             f"the rendezvous store cannot listen on {bind}:{config.main_process_port} ({exc}); pass another "
@@ -257,7 +258,7 @@ def _run_torchrun(plan: RunPlan, args: list[str], debug: bool, err: Any, extra_e
         try:
             wait_for_main(
                 str(plan.config.main_process_ip),
-                int(plan.config.main_process_port),
+                int(cast(int, plan.config.main_process_port)),
                 say=lambda line: print(f"notebook-launcher: {line}", file=err, flush=True),
             )
         except NetworkError as exc:
