@@ -12,9 +12,8 @@ from typing import Any
 
 from .errors import ConfigError
 
-ClusterRunner = Callable[
-    ..., Any
-]  # (fn, args, kwargs, options, overrides, observers, poll_hooks) -> run | None
+# (fn, args, kwargs, options, overrides, observers, poll_hooks) -> the cluster's run, or None for this machine
+ClusterRunner = Callable[..., Any]
 _runner: ClusterRunner | None = None
 
 

@@ -41,13 +41,7 @@ if __name__ == "__main__":
 
 
 def test_the_launcher_and_launches_that_do_not_fork_leave_torch_out_of_the_kernel(tmp_path):
-    script = tmp_path / "launch_without_torch.py"
-    script.write_text(SCRIPT)
-    done = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    seen = json.loads(_last_line_of(tmp_path, SCRIPT))
     assert seen == {
         "after import": False,
         "spawn": [False, [42, 42]],
@@ -61,17 +55,24 @@ def test_the_launcher_and_launches_that_do_not_fork_leave_torch_out_of_the_kerne
 def test_with_torch_loaded_a_failure_is_still_a_child_failed_error(tmp_path):
     """The other side of the rule: a kernel that imported torch gets torch elastic's class, as code
     written for Accelerate expects (its `except ChildFailedError`)."""
-    script = tmp_path / "launch_with_torch.py"
-    script.write_text(
+    last = _last_line_of(
+        tmp_path,
         "import torch\n"
         "from torch.distributed.elastic.multiprocessing.errors import ChildFailedError\n"
         "from notebook_launcher import notebook_launch\n"
         "def fails():\n    raise ValueError('boom')\n"
         "try:\n    notebook_launch(fails, num_processes=2, quiet=True)\n"
-        "except ChildFailedError as error:\n    print('caught', error.exc_type, error.rank in error.failures)\n"
+        "except ChildFailedError as error:\n    print('caught', error.exc_type, error.rank in error.failures)\n",
     )
+    assert last == "caught ValueError True"
+
+
+def _last_line_of(tmp_path, code: str) -> str:
+    """Run `code` as a script in a fresh interpreter; it must succeed; its last printed line."""
+    script = tmp_path / "launch.py"
+    script.write_text(code)
     done = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.strip().splitlines()[-1] == "caught ValueError True"
+    return done.stdout.strip().splitlines()[-1]

@@ -26,7 +26,14 @@ from ..config import LaunchConfig, config_to_env, patched_environ, to_file_dict
 from ..config.env import GRACEFUL_PREEMPTION_ENV
 from ..errors import ConfigError, NetworkError
 from ..estimate.performance import REPORT_ENV, PerformanceReport
-from ..system.network import LOOPBACK, free_port, rendezvous_port, wait_for_main, workers_interface_env
+from ..system.network import (
+    LOOPBACK,
+    busy_port_note,
+    free_port,
+    rendezvous_port,
+    wait_for_main,
+    workers_interface_env,
+)
 from ..system.private_files import RUN_DIR_ENV, make_private_dir
 from ..system.store import ALL_INTERFACES, file_rendezvous_env, host_store, store_bind_address
 from .bootstrap import LAUNCHER_PID_ENV
@@ -74,7 +81,7 @@ def choose_port(config: LaunchConfig, notes: list[str]) -> int:
     if port == 0:
         port = free_port()
         if note:
-            notes.append(f"{note.removesuffix(' instead.')} ({port}) instead.")
+            notes.append(busy_port_note(cast(int, config.main_process_port), port))
     return port
 
 

@@ -156,15 +156,11 @@ def _by_value(fn: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Iterator[
 
 def _local_module(obj: Any) -> Any:
     name = getattr(obj if callable(obj) else type(obj), "__module__", None)
-    module = sys.modules.get(name or "")
+    if not name or name in ("__main__", "builtins") or name.startswith("notebook_launcher"):
+        return None
+    module = sys.modules.get(name)
     path = getattr(module, "__file__", None)
-    if (
-        module is None
-        or path is None
-        or name in ("__main__", "builtins")
-        or name is None  # (then module is None already)
-        or name.startswith("notebook_launcher")
-    ):
+    if path is None:
         return None
     installed = {sysconfig.get_paths()[key] for key in ("purelib", "platlib", "stdlib")}
     if any(Path(path).resolve().is_relative_to(Path(root).resolve()) for root in installed):

@@ -70,9 +70,8 @@ def serve_rank(
             pass
     finally:
         execution.flush_streams()
-    os._exit(
-        code
-    )  # no destructors: tearing down gloo while peers are gone can hang (see launch/worker/entry.py)
+    # No destructors: tearing down gloo while peers are gone can hang (see launch/worker/entry.py).
+    os._exit(code)
 
 
 def _start_rank(spec: Any, replies: Replies) -> None:

@@ -8,8 +8,8 @@ as IPython would (traceback_view.py, colour.py). Events (events.py) feed observe
 RunView.
 
 Imports: config, system, estimate, records, errors; the runtime only at function level, where a
-worker runs (worker/, in_process.py) or is preloaded (warm/). No torch at import, nor for a launch
-whose function needs none (issue 34). Imported by the public face, widgets, clusters and
+worker runs (worker/, in_process.py) or is preloaded (warm/). No torch at import, nor for launches
+that do not fork of functions that need none (a forked launch warms torch up: warm/warmup.py). Imported by the public face, widgets, clusters and
 interactive. Never by runtime or cli.
 Never imports the widgets: view=True asks view_factory.py for the view the public face registered.
 """

@@ -15,8 +15,8 @@ fields {role_name}, {rank}, {local_rank}).
 Where the two differ: num_processes=None uses every GPU (or 2 CPU processes) instead of raising;
 the default use_port="29500" on one machine means "any free port" (two launches in a row never
 collide), and any busy port there is replaced by a free one, said in the cell (the one rule of
-system/network.rendezvous_port, the same for every entry); rdzv_conf and rdzv_id are not needed (the launcher hosts the rendezvous store); node_rank
-is kept under c10d (torch's c10d hands node ranks out by arrival).
+system/network.rendezvous_port, the same for every entry); rdzv_conf and rdzv_id are not needed
+(the launcher hosts the rendezvous store); node_rank is kept under c10d (torch's c10d hands node ranks out by arrival).
 """
 
 from __future__ import annotations

@@ -294,7 +294,6 @@ def make_specs(
     extra_env: dict[str, str] | None = None,
 ) -> list[WorkerSpec]:
     """One WorkerSpec per local rank, each with the full env contract."""
-
     from ..system.hardware import ranks_run_on_cpu, threads_per_rank
 
     world = nproc * config.num_machines

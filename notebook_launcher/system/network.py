@@ -64,7 +64,7 @@ def rendezvous_port(port: int | None, num_machines: int, machine_rank: int = 0) 
     """
     if num_machines == 1:
         if port and not port_is_free(port):
-            return 0, f"port {port} is in use on this machine; using a free port instead."
+            return 0, busy_port_note(port)
         return port or 0, None
     chosen = DEFAULT_PORT if port is None else port
     if machine_rank == 0 and not port_is_free(chosen):
@@ -74,6 +74,12 @@ def rendezvous_port(port: int | None, num_machines: int, machine_rank: int = 0) 
             "--main_process_port in the CLI."
         )
     return chosen, None
+
+
+def busy_port_note(busy: int, chosen: int | None = None) -> str:
+    """The line that says a busy port on one machine gave way (with the free one, once it is known)."""
+    free = f"a free port ({chosen})" if chosen else "a free port"
+    return f"port {busy} is in use on this machine; using {free} instead."
 
 
 def free_port() -> int:

@@ -2,7 +2,8 @@
 
 Built from two pieces of evidence per rank: its Python stack (faulthandler, stacks.py) and its
 activity record (records/activity.py, kept by runtime/world/collective_log.py: which
-torch.distributed collective it is in, and how many it has entered). The verdict tells apart the four ways a run stands still:
+torch.distributed collective it is in, and how many it has entered). The verdict tells apart the
+four ways a run stands still:
 
 - one rank missing from a collective the others wait in ("rank 1 never reached all_reduce #57");
 - ranks in different collectives (a mismatch: all_reduce #5 on one rank, broadcast #5 on another);

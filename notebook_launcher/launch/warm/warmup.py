@@ -14,7 +14,7 @@ each worker imports on its own, on every launch. Three tiers:
 
 Before every forked launch, whether or not the kernel imported torch itself: each worker imports
 our runtime, and torch with it, before the user's function runs, so a kernel without torch would
-make every launch pay that import in every worker (5 s a relaunch instead of 0.06 s, measured).
+make every launch pay that import in every worker, on every relaunch.
 Launches that do not fork (spawn, the warm pool) leave the kernel without torch.
 
 Never initialises CUDA: importing these modules does not touch the driver.
