@@ -59,6 +59,9 @@ class ProjectConfiguration:
     With automatic_checkpoint_naming, save_state() writes `{project_dir}/checkpoints/checkpoint_{i}`
     (i = iteration, +1 per save) and keeps at most total_limit of them; load_state() without a
     folder loads the newest. logging_dir defaults to project_dir.
+
+    async_save (ours; Accelerate has no asynchronous save): save_state()'s default for its async_save
+    argument: return once the state is copied to host memory and write it in the background.
     """
 
     project_dir: str | None = None
@@ -67,6 +70,7 @@ class ProjectConfiguration:
     total_limit: int | None = None
     iteration: int = 0
     save_on_each_node: bool = False
+    async_save: bool = False
 
     def set_directories(self, project_dir: str | os.PathLike[str] | None = None) -> None:
         """Set project_dir, and logging_dir too when it was not given."""
@@ -87,6 +91,7 @@ class ProjectConfiguration:
                 f"ProjectConfiguration.total_limit={self.total_limit!r} must be a whole number >= 1 "
                 "(how many checkpoints to keep), or None to keep all."
             )
+        _check_bool("ProjectConfiguration.async_save", self.async_save)
         if isinstance(self.iteration, bool) or not isinstance(self.iteration, int) or self.iteration < 0:
             raise ConfigError(
                 f"ProjectConfiguration.iteration={self.iteration!r} must be a whole number >= 0."
