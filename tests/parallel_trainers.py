@@ -182,15 +182,17 @@ def compositions(cases: list) -> list:
     return [train_on_mesh(*args, **kwargs) for args, kwargs in cases]
 
 
-def save_and_resume(sizes: dict, batch: int, folder: str, sharded: bool = False, async_save: bool = False) -> dict:
+def save_and_resume(
+    sizes: dict, batch: int, folder: str, sharded: bool = False, async_save: bool = False
+) -> dict:
     """Train 2 steps, save_state, train 2 more; a fresh model and optimizer load_state and train the
     same 2: both must end equal. save_model's safetensors must hold the full weights.
     async_save: the save is written in the background, its writer held until the 2 more steps are
     done (a save that did not stage its own copy would write the later weights)."""
     import threading
 
-    from notebook_launcher.runtime.checkpointing import async_save as saving
     from notebook_launcher import Accelerator, ParallelismConfig
+    from notebook_launcher.runtime.checkpointing import async_save as saving
     from notebook_launcher.utils import FullyShardedDataParallelPlugin, TorchTensorParallelConfig
 
     def setup():

@@ -58,7 +58,10 @@ def train(
         os.environ["NOTEBOOK_LAUNCHER_PREEMPTION_CHECK_SECONDS"] = str(preempt.get("check_seconds", 0))
         from notebook_launcher.runtime.world import preemption
     config = ProjectConfiguration(
-        project_dir=project_dir, automatic_checkpoint_naming=True, total_limit=total_limit, async_save=async_save
+        project_dir=project_dir,
+        automatic_checkpoint_naming=True,
+        total_limit=total_limit,
+        async_save=async_save,
     )
     accelerator = Accelerator(project_config=config)
     set_seed(0)

@@ -33,7 +33,11 @@ def test_ddp_async_saves_rotate_and_resume_bit_for_bit(tmp_path):
     """Four async saves with total_limit=2: exactly the last 2 folders are left, no hidden one; the
     last save (written while training went on) resumes to the uninterrupted run's weights."""
     run = notebook_launch(
-        train, args=(str(tmp_path),), kwargs=dict(save_at=(2, 3, 4, 5), total_limit=2), num_processes=2, quiet=True
+        train,
+        args=(str(tmp_path),),
+        kwargs=dict(save_at=(2, 3, 4, 5), total_limit=2),
+        num_processes=2,
+        quiet=True,
     )
     checkpoints = tmp_path / "checkpoints"
     assert sorted(p.name for p in checkpoints.iterdir()) == ["checkpoint_2", "checkpoint_3"]
@@ -54,7 +58,12 @@ def test_fsdp2_sharded_async_save_resumes_bit_for_bit(tmp_path):
     folder = tmp_path / "checkpoints" / "checkpoint_0"
     assert len(list((folder / "pytorch_model_fsdp_0").glob("*.distcp"))) == 2  # one shard per rank
     resumed = notebook_launch(
-        train, args=(str(tmp_path),), kwargs=dict(save_at=(), resume=True), num_processes=2, quiet=True, **FSDP_SHARDED
+        train,
+        args=(str(tmp_path),),
+        kwargs=dict(save_at=(), resume=True),
+        num_processes=2,
+        quiet=True,
+        **FSDP_SHARDED,
     )
     assert_same_weights(resumed[0]["weights"], run[0]["weights"])
 

@@ -21,8 +21,8 @@ from ...errors import AcceleratorError, AcceleratorValueError
 from .. import memory_phases, telemetry
 from ..checkpointing import async_save as async_save_module
 from ..checkpointing import checkpoint, model_files, naming
-from ..checkpointing.writers import StagedWriter
 from ..checkpointing.safe_files import save_safetensors
+from ..checkpointing.writers import StagedWriter
 from ..precision.mixed import Precision
 from ..world.state import reset_state, teardown_on_end
 
@@ -180,19 +180,29 @@ class SavingAPI:
         else:
             self.wait_for_everyone()
             path = checkpoint.save_state(
-                self._training_objects(), self._ranks(), target, safe_serialization=safe_serialization, staging=staging
+                self._training_objects(),
+                self._ranks(),
+                target,
+                safe_serialization=safe_serialization,
+                staging=staging,
             )
             if automatic and self.is_main_process:
                 naming.rotate(path.parent, project.total_limit, keep=path)
             self.wait_for_everyone()
             if self.is_main_process:
-                telemetry.emit("checkpoint", path=str(path))  # the launcher names it on a restart or preemption
+                telemetry.emit(
+                    "checkpoint", path=str(path)
+                )  # the launcher names it on a restart or preemption
         project.iteration += 1
         memory_phases.phase_ended()  # the state dicts and file buffers are garbage now
         return path
 
     def _save_state_in_background(
-        self, output_dir: str | os.PathLike[str], staging: Path | None, automatic: bool, safe_serialization: bool
+        self,
+        output_dir: str | os.PathLike[str],
+        staging: Path | None,
+        automatic: bool,
+        safe_serialization: bool,
     ) -> Path:
         """Stage on this thread, write and publish on the saver's (checkpointing/async_save.py)."""
         started = time.perf_counter()

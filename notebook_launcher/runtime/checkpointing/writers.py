@@ -26,7 +26,9 @@ class FileWriter(Protocol):
     deferred: bool  # True: the files exist only after the background write
 
     def torch_save(self, obj: Any, path: Path) -> None: ...
-    def safetensors_save(self, state: dict[str, torch.Tensor], path: Path, metadata: dict[str, str]) -> None: ...
+    def safetensors_save(
+        self, state: dict[str, torch.Tensor], path: Path, metadata: dict[str, str]
+    ) -> None: ...
     def text(self, path: Path, text: str) -> None: ...
     def dcp_save(self, state: dict[str, Any], path: Path) -> None: ...
 
@@ -108,7 +110,9 @@ def _stage(obj: Any, buffers: StagingBuffers, key: tuple[str, ...], shared: dict
     return copy.deepcopy(obj)
 
 
-def _stage_tensor(tensor: torch.Tensor, buffers: StagingBuffers, key: tuple[str, ...], shared: dict) -> torch.Tensor:
+def _stage_tensor(
+    tensor: torch.Tensor, buffers: StagingBuffers, key: tuple[str, ...], shared: dict
+) -> torch.Tensor:
     source = tensor.detach()
     identity = (
         source.untyped_storage().data_ptr(),
@@ -143,7 +147,7 @@ class StagedWriter:
     def __init__(self, buffers: StagingBuffers, group: Any) -> None:
         self.buffers = buffers
         self.group = group  # the checkpoint's own process group (DCP's planning runs on it)
-        self.writes: list[tuple[Path, Callable[[], None]]] = []
+        self.writes: list[tuple[Path, Callable[[], object]]] = []
 
     def _key(self, path: Path) -> tuple[str, ...]:
         return (path.name,)
