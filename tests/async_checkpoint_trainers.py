@@ -99,9 +99,12 @@ def train(
     return {"weights": weights, "saved": saved, "records": records, "alive": alive is not None}
 
 
-def kill_during_write(project_dir: str, kill_rank: int, kill_index: int, steps: int = 6) -> None:
+def kill_during_write(
+    project_dir: str, kill_rank: int, kill_index: int, steps: int = 6, how: str = "SIGKILL"
+) -> None:
     """Async saves after steps 2 and 4; rank kill_rank is SIGKILLed from the writer thread just before
-    its file number kill_index of the second save (the first one is complete by then)."""
+    its file number kill_index of the second save (the first one is complete by then); how="raise":
+    that write fails with an OSError instead (a full disk)."""
     import torch
     from torch import nn
 
@@ -119,6 +122,8 @@ def kill_during_write(project_dir: str, kill_rank: int, kill_index: int, steps: 
 
     def die(index: int, path: Path) -> None:
         if saves == 2 and index == kill_index and accelerator.process_index == kill_rank:
+            if how == "raise":
+                raise OSError(28, "No space left on device")
             os.kill(os.getpid(), signal.SIGKILL)
 
     async_save.saver().before_write = die
@@ -130,3 +135,21 @@ def kill_during_write(project_dir: str, kill_rank: int, kill_index: int, steps: 
             saves += 1
             accelerator.save_state()
     accelerator.end_training()
+
+
+def async_save_under_deepspeed(project_dir: str) -> str:
+    """save_state(async_save=True) with a prepared DeepSpeed engine: the refusal's message."""
+    import torch
+    from torch import nn
+
+    from notebook_launcher import Accelerator
+    from notebook_launcher.errors import AcceleratorError
+
+    accelerator = Accelerator(project_dir=project_dir)
+    model = nn.Linear(4, 4)
+    model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=0.01))
+    try:
+        accelerator.save_state(async_save=True)
+    except AcceleratorError as exc:
+        return str(exc)
+    return "saved"

@@ -13,7 +13,7 @@ import random
 
 import pytest
 import torch
-from async_checkpoint_trainers import kill_during_write, train
+from async_checkpoint_trainers import async_save_under_deepspeed, kill_during_write, train
 from restart_trainers import train as restart_train
 
 from notebook_launcher import WorkerError, notebook_launch
@@ -149,8 +149,40 @@ def test_without_a_restart_the_killed_save_is_not_the_latest(tmp_path):
     assert set(loaded["state"]) == {0, 1}
 
 
+def test_a_failed_background_write_is_raised_on_every_rank_and_not_published(tmp_path):
+    """Rank 1's write fails (a full disk): no rank publishes checkpoint_1 and the failure reaches the
+    caller (end_training() raises it; rank 0 hears of it through the all-reduce instead of waiting)."""
+    with pytest.raises(WorkerError) as error:
+        notebook_launch(
+            kill_during_write,
+            args=(str(tmp_path), 1, 0),
+            kwargs=dict(how="raise"),
+            num_processes=2,
+            quiet=True,
+        )
+    said = str(error.value) + "".join(str(f) for f in getattr(error.value, "failures", []))
+    assert "failed in its background thread" in said
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["checkpoint_0"]
+
+
 def test_async_save_settings_are_checked():
     from notebook_launcher.utils import ProjectConfiguration
 
     with pytest.raises(ConfigError, match="async_save='yes' must be True or False"):
         ProjectConfiguration(async_save="yes")  # type: ignore[arg-type]
+
+
+@pytest.mark.slow  # DeepSpeed's import and engine: ~25 s here
+def test_deepspeed_refuses_async_save_saying_why(tmp_path):
+    pytest.importorskip("deepspeed")
+    (said, _) = notebook_launch(
+        async_save_under_deepspeed,
+        args=(str(tmp_path),),
+        num_processes=2,
+        quiet=True,
+        distributed_type="DEEPSPEED",
+        deepspeed_config={"zero_stage": 2},
+    )
+    assert "async_save=True) is not supported with DeepSpeedStrategy" in said
+    assert "Use save_state() (async_save=False" in said
+    assert not (tmp_path / "checkpoints").exists()  # refused before anything was written

@@ -9,7 +9,9 @@ The order of one asynchronous save, on every rank:
 3. (background thread) this rank's files are written; a barrier on the checkpoint's own gloo group
    says every rank's files are complete; the main process renames the hidden folder into place
    (one os.replace), applies total_limit, tells the launcher; a second barrier, so that on every rank
-   "the save is finished" means "the folder is published".
+   "the save is finished" means "the folder is published". The first barrier is an all-reduce of
+   "my files are written": a rank whose write failed (a full disk) says so, no rank publishes, and
+   every rank's next save_state/end_training raises the failure.
 A rank that dies in step 3 never reaches the first barrier, so the folder is never renamed: the
 newest folder under checkpoints/ stays the previous complete one.
 
@@ -79,6 +81,18 @@ class BackgroundSaver:
                 self._group = dist.new_group(backend="gloo")
             self._group_made = True
         return self._group
+
+    def _all_ranks_wrote(self, wrote: bool) -> bool:
+        """Whether every rank wrote its files (an all-reduce of one flag: also the barrier before
+        publishing, so a rank whose write failed does not leave the others waiting)."""
+        if self._group is None:
+            return wrote
+        import torch
+        import torch.distributed as dist
+
+        flag = torch.tensor([1 if wrote else 0], dtype=torch.int32)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self._group)
+        return bool(flag.item())
 
     def _barrier(self) -> None:
         if self._group is not None:
@@ -152,8 +166,15 @@ class BackgroundSaver:
             from ..world import collective_log
 
             collective_log.not_counted_in_this_thread()  # the hang report counts the training's collectives
-            writer.write_all(self.before_write)
-            self._barrier()  # every rank's files are complete
+            failure: BaseException | None = None
+            try:
+                writer.write_all(self.before_write)
+            except Exception as exc:  # noqa: BLE001 - the other ranks must hear of it, then it is raised
+                failure = exc
+            if not self._all_ranks_wrote(failure is None):  # every rank's files are complete, or not
+                raise failure or AcceleratorError(
+                    "another rank's background write failed (its error is in its own output)"
+                )
             publish()
             self._barrier()  # published, as seen from every rank
             record.total_s = time.perf_counter() - started
