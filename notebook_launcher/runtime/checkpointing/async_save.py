@@ -69,16 +69,22 @@ class BackgroundSaver:
         self.before_write: Callable[[int, Path], None] | None = None  # tests: stop at a chosen write
         self._pending: Future[None] | None = None
         self._group: Any = None
+        self._group_world: Any = None  # the default group self._group was made beside
         self._group_made = False
+        self.pid = os.getpid()
 
     # ----------------------------------------------------------------------------- the group
     def group(self) -> Any:
-        """The checkpoint's own gloo group (None on one process); made on first use, on every rank."""
-        if not self._group_made:
-            import torch.distributed as dist
+        """The checkpoint's own gloo group (None on one process); made on first use, on every rank,
+        and again when the default group is a new one (a run that ended its group and made another)."""
+        import torch.distributed as dist
 
-            if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-                self._group = dist.new_group(backend="gloo")
+        world = dist.group.WORLD if dist.is_available() and dist.is_initialized() else None
+        if not self._group_made or world is not self._group_world:
+            self._group = (
+                dist.new_group(backend="gloo") if world is not None and dist.get_world_size() > 1 else None
+            )
+            self._group_world = world
             self._group_made = True
         return self._group
 
@@ -201,23 +207,19 @@ def saver() -> BackgroundSaver:
     """This process's saver (made on the first asynchronous save)."""
     global _saver
     with _lock:
-        if _saver is None:
+        if _saver is None or _saver.pid != os.getpid():  # a forked child: not its parent's saves
             _saver = BackgroundSaver()
         return _saver
 
 
 def finish_pending() -> None:
     """save_state and load_state: the save being written first (unbounded: the next one needs it)."""
-    if _saver is not None:
+    if _saver is not None and _saver.pid == os.getpid():
         _saver.wait()
 
 
 def wait_for_checkpoints(where: str) -> bool:
     """For the end of a launched function and end_training(): finish a save still being written."""
-    return _saver.wait_at_end(where) if _saver is not None else True
-
-
-def reset() -> None:
-    """Forget this process's saver (a forked worker starts without its parent's)."""
-    global _saver
-    _saver = None
+    if _saver is None or _saver.pid != os.getpid():
+        return True
+    return _saver.wait_at_end(where)
