@@ -37,6 +37,7 @@ def train(
     sleep: float = 0.0,
     async_save: bool = False,
     kill_index: int = 0,
+    periodic: bool = False,
 ) -> dict:
     """Train to total_steps; rank kill_rank dies (kill_how) after step kill_at of the first attempt.
 
@@ -62,6 +63,7 @@ def train(
         automatic_checkpoint_naming=True,
         total_limit=total_limit,
         async_save=async_save,
+        save_every_n_steps=every if periodic else None,  # then no save_state() call in the loop
     )
     accelerator = Accelerator(project_config=config)
     set_seed(0)
@@ -109,7 +111,7 @@ def train(
             progress.step += 1
             if sleep:
                 time.sleep(sleep)
-            if progress.step % every == 0:
+            if progress.step % every == 0 and not periodic:
                 accelerator.save_state()
             if first and rank == kill_rank and progress.step == kill_at:
                 if kill_how == "SIGKILL":

@@ -138,6 +138,28 @@ def test_a_rank_killed_during_the_write_leaves_the_previous_checkpoint_latest(
         assert_same_weights(value["weights"], reference)
 
 
+@pytest.mark.parametrize("async_save", [False, True])
+def test_periodic_saves_rotate_and_a_restart_resumes_from_the_last(tmp_path, reference, async_save):
+    """save_every_n_steps=4 and no save_state() in the loop; rank 1 SIGKILLed after step 10: the
+    restart resumes from step 8 (async: 8, or 4 when step 8's save was still being written) and ends
+    with the uninterrupted weights; total_limit=2 leaves the last two saves: steps 16 and 20 (the loop
+    breaks after step 24 without asking for another batch, so no save follows that step)."""
+    result = notebook_launch(
+        restart_train,
+        args=(str(tmp_path),),
+        kwargs=dict(kill_rank=1, kill_at=10, periodic=True, async_save=async_save),
+        num_processes=2,
+        max_restarts=1,
+        quiet=True,
+    )
+    assert result.restarts == 1
+    resumed = {value["resumed_at"] for value in result}
+    assert resumed == {8} or (async_save and resumed == {4})
+    for value in result:
+        assert_same_weights(value["weights"], reference)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["checkpoint_3", "checkpoint_4"]
+
+
 def test_without_a_restart_the_killed_save_is_not_the_latest(tmp_path):
     """The kill alone: the hidden folder is left, checkpoint_0 is the newest and loads."""
     with pytest.raises(WorkerError):
@@ -170,6 +192,8 @@ def test_async_save_settings_are_checked():
 
     with pytest.raises(ConfigError, match="async_save='yes' must be True or False"):
         ProjectConfiguration(async_save="yes")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="save_every_n_steps=0 must be a whole number >= 1"):
+        ProjectConfiguration(save_every_n_steps=0)
 
 
 @pytest.mark.slow  # DeepSpeed's import and engine: ~25 s here

@@ -21,6 +21,7 @@ from ...errors import AcceleratorError, AcceleratorValueError
 from .. import memory_phases, telemetry
 from ..checkpointing import async_save as async_save_module
 from ..checkpointing import checkpoint, model_files, naming
+from ..checkpointing.periodic import PeriodicSaves
 from ..checkpointing.safe_files import save_safetensors
 from ..checkpointing.writers import StagedWriter
 from ..precision.mixed import Precision
@@ -38,6 +39,7 @@ class SavingAPI:
     self.project_configuration and ProcessAPI."""
 
     save_iteration: int  # the next automatic checkpoint's number
+    _periodic: PeriodicSaves | None  # ProjectConfiguration.save_every_n_steps's counter, once made
     # declared only: the Accelerator sets them, and its other mixins define the methods below
     step: int
     strategy: Strategy
@@ -245,6 +247,21 @@ class SavingAPI:
         self.step = overrides.get("step", self.step)
         self._continue_tracker_runs(input_dir)
         memory_phases.phase_ended()
+
+    def _periodic_saves(self) -> PeriodicSaves | None:
+        """ProjectConfiguration.save_every_n_steps for the prepared loaders (one counter for all)."""
+        every = self.project_configuration.save_every_n_steps
+        if every is None:
+            return None
+        if self.project_dir is None:
+            naming.checkpoints_folder(None)  # raises: periodic saves are named automatically
+        if getattr(self, "_periodic", None) is None:
+
+            def optimizer_steps() -> int:
+                return max((getattr(o, "steps_taken", 0) for o in self._optimizers), default=0)
+
+            self._periodic = PeriodicSaves(every, optimizer_steps, self.save_state)
+        return self._periodic
 
     def _training_objects(self) -> checkpoint.TrainingObjects:
         held = ("models", "optimizers", "schedulers", "dataloaders", "custom_objects")
