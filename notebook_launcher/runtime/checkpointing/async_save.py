@@ -21,11 +21,15 @@ group could interleave differently on each rank and deadlock. The group is made 
 the first asynchronous save (new_group is a collective of the calling thread); on a single process
 there is none and no barrier.
 
-Why a thread and not torch's process checkpointer (AsyncCheckpointerType.PROCESS): the state is
-copied to host memory here anyway, file writes and torch.save's serialisation release the GIL for
-the large copies, and a thread needs no second interpreter per rank (a spawned process that imports
-torch again and forms its own gloo group over a TCPStore on a free port of MASTER_ADDR); the
-process checkpointer is therefore not used.
+Why a thread and not torch's process checkpointer (AsyncCheckpointerType.PROCESS): that one starts
+a second interpreter per rank with multiprocessing's spawn, which imports torch again, forms its own
+gloo group over a TCPStore on a free port of MASTER_ADDR, and re-imports the parent's `__main__`.
+Tried under notebook_launch from a script (torch 2.13, 2 CPU ranks): it saves when the script has an
+`if __name__ == "__main__":` guard; without one, a rank's checkpoint process ran the whole script
+again (a nested launch) — a raw torch script without the guard would call init_process_group again
+there, the likely cause of "Checkpoint background process is dead". A thread needs none of that
+(nor a guard the user may not have); the state is copied to host memory here anyway, and file writes
+and torch.save's large copies release the GIL.
 """
 
 from __future__ import annotations
