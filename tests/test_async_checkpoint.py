@@ -68,7 +68,6 @@ def test_fsdp2_sharded_async_save_resumes_bit_for_bit(tmp_path):
     assert_same_weights(resumed[0]["weights"], run[0]["weights"])
 
 
-@pytest.mark.slow
 def test_tp_by_fsdp2_async_save_resumes_bit_for_bit(tmp_path):
     from parallel_trainers import save_and_resume
 
@@ -115,7 +114,6 @@ def reference(tmp_path_factory):
 KILL_MOMENTS = [(1, 0), (0, random.Random(36).randrange(5)), (0, random.Random(3600).randrange(5))]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("kill_rank, kill_index", KILL_MOMENTS)
 def test_a_rank_killed_during_the_write_leaves_the_previous_checkpoint_latest(
     tmp_path, reference, kill_rank, kill_index
