@@ -9,8 +9,6 @@ tensors instead of its staged copy would resume from later weights and differ.
 
 from __future__ import annotations
 
-import random
-
 import pytest
 import torch
 from async_checkpoint_trainers import async_save_under_deepspeed, kill_during_write, train
@@ -109,9 +107,9 @@ def reference(tmp_path_factory):
     return result[0]["weights"]
 
 
-# rank 1 writes one file (its random states); rank 0 five: the model, optimizer, scheduler, the
-# registered object, its random states. Rank 0's moment is drawn (seeded, so a failure reproduces).
-KILL_MOMENTS = [(1, 0), (0, random.Random(36).randrange(5)), (0, random.Random(3600).randrange(5))]
+# Every moment between two files of the write: rank 1 writes one file (its random states), rank 0
+# five (the model, optimizer, scheduler, the registered object, its random states).
+KILL_MOMENTS = [(1, 0)] + [(0, index) for index in range(5)]
 
 
 @pytest.mark.parametrize("kill_rank, kill_index", KILL_MOMENTS)
