@@ -159,9 +159,10 @@ class SavingAPI:
 
         async_save=True (default: ProjectConfiguration.async_save) returns once the state is copied to
         host memory; a background thread writes the files and renames the folder into place only when
-        every rank's files are complete (checkpointing/async_save.py). The returned folder exists from
-        then on; a later save_state, load_state or end_training waits for it first.
+        every rank's files are complete (checkpointing/async_save.py). The returned path is where the
+        folder appears once published; a later save_state, load_state or end_training waits for that.
         """
+        started = time.perf_counter()
         project = self.project_configuration
         use_async = project.async_save if async_save is None else async_save
         if use_async and not self.strategy.supports_async_save:
@@ -178,7 +179,7 @@ class SavingAPI:
         target = cast("str | os.PathLike[str]", output_dir)  # automatic when it was None
         staging = Path(cast(str, self.project_dir)) if automatic else None  # set: new_checkpoint_dir checked
         if use_async:
-            path = self._save_state_in_background(target, staging, automatic, safe_serialization)
+            path = self._save_state_in_background(target, staging, automatic, safe_serialization, started)
         else:
             self.wait_for_everyone()
             path = checkpoint.save_state(
@@ -191,10 +192,8 @@ class SavingAPI:
             if automatic and self.is_main_process:
                 naming.rotate(path.parent, project.total_limit, keep=path)
             self.wait_for_everyone()
-            if self.is_main_process:
-                telemetry.emit(
-                    "checkpoint", path=str(path)
-                )  # the launcher names it on a restart or preemption
+            if self.is_main_process:  # the launcher names it on a restart or preemption
+                telemetry.emit("checkpoint", path=str(path))
         project.iteration += 1
         memory_phases.phase_ended()  # the state dicts and file buffers are garbage now
         return path
@@ -205,9 +204,10 @@ class SavingAPI:
         staging: Path | None,
         automatic: bool,
         safe_serialization: bool,
+        started: float,
     ) -> Path:
-        """Stage on this thread, write and publish on the saver's (checkpointing/async_save.py)."""
-        started = time.perf_counter()
+        """Stage on this thread, write and publish on the saver's (checkpointing/async_save.py).
+        The record's blocked time runs from the save_state call (waiting for the previous save too)."""
         saver = async_save_module.saver()
         writer = StagedWriter(saver.buffers, saver.group())
         final, partial = checkpoint.folders(output_dir, staging)
