@@ -5,7 +5,8 @@ one launch, these loops one after another (the model keeps training throughout):
 
 - no saving: --steps steps, the steps/s baseline;
 - synchronous: the same steps, save_state() every --every steps;
-- asynchronous: the same steps, save_state(async_save=True) every --every steps.
+- asynchronous: the same steps, save_state(async_save=True) every --every steps;
+--rounds times, in rotating order (a change of machine load hits each alike; best steps/s kept).
 
 Printed for rank 0: time training is blocked per save (from the second save on: the first async
 save allocates its staging buffers), the total write time of an async save (call -> published),
@@ -14,7 +15,7 @@ staging buffers held, and steps/s of each loop; ratios async/sync and saving/not
 second launch, HuggingFace Accelerate's own synchronous save_state of the same model and optimizer
 (when accelerate is installed), the baseline the README names.
 
-    python benchmarks/checkpoint_async.py [--steps 60] [--every 20] [--layers 6] [--width 4096]
+    python benchmarks/checkpoint_async.py [--steps 40] [--every 20] [--rounds 2] [--layers 6] [--width 4096]
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def _model(layers: int, width: int):
     return nn.Sequential(*blocks)
 
 
-def ours(folder: str, steps: int, every: int, layers: int, width: int) -> dict:
+def ours(folder: str, steps: int, every: int, layers: int, width: int, rounds: int) -> dict:
     """The three loops inside one launched function; rank 0's figures."""
     import torch
 
@@ -79,28 +80,28 @@ def ours(folder: str, steps: int, every: int, layers: int, width: int) -> dict:
         step()
     out: dict = {"params": sum(p.numel() for p in model.parameters())}
     for mode in ("none", "sync", "async"):
-        accelerator.wait_for_everyone()
-        _reset_peak()
-        start_rss = _rss_kib("VmRSS")
-        blocked: list[float] = []
-        began = time.perf_counter()
-        for i in range(1, steps + 1):
-            step()
-            if mode != "none" and i % every == 0:
-                t = time.perf_counter()
-                accelerator.save_state(async_save=mode == "async")
-                blocked.append(time.perf_counter() - t)
-        loop = time.perf_counter() - began
-        t = time.perf_counter()
-        async_save.finish_pending()  # the last async save, written before the next loop
-        final_wait = time.perf_counter() - t
-        accelerator.wait_for_everyone()
-        out[mode] = {
-            "steps_per_s": steps / loop,
-            "blocked": blocked,
-            "final_wait": final_wait,
-            "peak_added_mib": (_rss_kib("VmHWM") - start_rss) / 1024,
-        }
+        out[mode] = {"steps_per_s": [], "blocked": [], "final_wait": [], "peak_added_mib": []}
+    order = ["none", "sync", "async"]
+    for _ in range(rounds):  # the loops alternate, so a change of machine load hits each alike
+        for mode in order:
+            accelerator.wait_for_everyone()
+            _reset_peak()
+            start_rss = _rss_kib("VmRSS")
+            began = time.perf_counter()
+            for i in range(1, steps + 1):
+                step()
+                if mode != "none" and i % every == 0:
+                    t = time.perf_counter()
+                    accelerator.save_state(async_save=mode == "async")
+                    out[mode]["blocked"].append(time.perf_counter() - t)
+            loop = time.perf_counter() - began
+            t = time.perf_counter()
+            async_save.finish_pending()  # the last async save, written before the next loop
+            out[mode]["final_wait"].append(time.perf_counter() - t)
+            accelerator.wait_for_everyone()
+            out[mode]["steps_per_s"].append(steps / loop)
+            out[mode]["peak_added_mib"].append((_rss_kib("VmHWM") - start_rss) / 1024)
+        order = order[1:] + order[:1]
     history = async_save.saver().history
     out["async"]["total"] = [r.total_s for r in history]
     out["async"]["staged_mib"] = history[-1].staged_bytes / 2**20
@@ -135,24 +136,28 @@ def accelerate_sync(folder: str, saves: int, layers: int, width: int) -> dict | 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--every", type=int, default=20)
     parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--width", type=int, default=4096)
+    parser.add_argument("--rounds", type=int, default=2, help="each loop this many times, alternating")
     args = parser.parse_args()
     from notebook_launcher import notebook_launch
 
     folder = tempfile.mkdtemp(prefix="checkpoint_async_")
     try:
         result = notebook_launch(
-            ours, args=(folder, args.steps, args.every, args.layers, args.width), num_processes=2, quiet=True
+            ours,
+            args=(folder, args.steps, args.every, args.layers, args.width, args.rounds),
+            num_processes=2,
+            quiet=True,
         )[0]
         try:
             import accelerate  # noqa: F401
 
             hf = notebook_launch(
                 accelerate_sync,
-                args=(folder, args.steps // args.every, args.layers, args.width),
+                args=(folder, args.rounds * (args.steps // args.every), args.layers, args.width),
                 num_processes=2,
                 quiet=True,
             )[0]
@@ -188,16 +193,17 @@ def report(r: dict, hf: dict | None, args: argparse.Namespace) -> None:
             f"ours async {async_blocked / hf_blocked:.2f}x"
         )
     print(
-        f"  peak host memory added over the loop: none {r['none']['peak_added_mib']:.0f} MiB, sync "
-        f"{r['sync']['peak_added_mib']:.0f} MiB, async {r['async']['peak_added_mib']:.0f} MiB "
+        f"  peak host memory added over a loop (the most of any round): none {max(r['none']['peak_added_mib']):.0f} "
+        f"MiB, sync {max(r['sync']['peak_added_mib']):.0f} MiB, async {max(r['async']['peak_added_mib']):.0f} MiB "
         f"(staging buffers held {r['async']['buffers_mib']:.0f} MiB, staged per save {r['async']['staged_mib']:.0f} MiB)"
     )
-    base = r["none"]["steps_per_s"]
+    best = {mode: max(r[mode]["steps_per_s"]) for mode in ("none", "sync", "async")}
     print(
-        f"  steps/s: no saving {base:.3f}, sync {r['sync']['steps_per_s']:.3f} "
-        f"({r['sync']['steps_per_s'] / base:.2f}x), async {r['async']['steps_per_s']:.3f} "
-        f"({r['async']['steps_per_s'] / base:.2f}x; the last save's remaining write after the loop: "
-        f"{r['async']['final_wait']:.2f} s)"
+        f"  steps/s, best of {args.rounds} alternating rounds: no saving {best['none']:.3f}, sync {best['sync']:.3f} "
+        f"({best['sync'] / best['none']:.2f}x), async {best['async']:.3f} ({best['async'] / best['none']:.2f}x; "
+        f"the last save's remaining write after the loop: {_fmt(r['async']['final_wait'])} s); all rounds: "
+        f"none {_fmt(r['none']['steps_per_s'])}, sync {_fmt(r['sync']['steps_per_s'])}, async "
+        f"{_fmt(r['async']['steps_per_s'])}"
     )
 
 
