@@ -100,10 +100,10 @@ def test_the_notebook_launcher_function_does_not_shadow_submodules():
         "import sys\n"
         "from notebook_launcher import notebook_launcher\n"
         "assert callable(notebook_launcher)\n"
-        "import notebook_launcher.launch.planning, notebook_launcher.utils, notebook_launcher.state\n"
+        "import notebook_launcher.resolution, notebook_launcher.utils, notebook_launcher.state\n"
         "import notebook_launcher as package\n"
         "assert package.notebook_launcher is notebook_launcher.notebook_launcher\n"
-        "assert callable(package.notebook_launcher) and package.launch.planning.build_config\n"
+        "assert callable(package.notebook_launcher) and package.resolution.layered_config\n"
         "print('torch' in sys.modules)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

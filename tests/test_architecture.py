@@ -454,3 +454,66 @@ def test_the_checker_sees_a_tree_out_of_date(tmp_path, monkeypatch):
         "gone.py is in the tree but no module has that name",
         "notebook_launcher/launch/new_room.py is not in the tree",
     ]
+
+
+# ---- one resolution of a launch ------------------------------------------------------------------
+# The rules a launch is decided by: defined in system/ (ports, threads) or resolution/, and called
+# only from resolution/ — no entry decides them again.
+RESOLUTION_RULES = {
+    "rendezvous_port": "notebook_launcher.system.network",
+    "threads_per_rank": "notebook_launcher.system.hardware",
+    "choose_start_method": "notebook_launcher.resolution.start_method",
+    "count_processes": "notebook_launcher.resolution.processes",
+    "single_process_rule": "notebook_launcher.resolution.processes",
+    "check_gpu_ids": "notebook_launcher.resolution.processes",
+}
+
+
+def _rules_decided_outside_resolution() -> list[str]:
+    bad = []
+    for path in _modules():
+        module = _dotted(path)
+        if _room(module) == "resolution":
+            continue
+        for name, names, _ in _import_statements(path):
+            bad += [
+                f"{path.relative_to(PACKAGE.parent)} takes {taken} from {name}"
+                for taken in names
+                if RESOLUTION_RULES.get(taken) == name
+            ]
+    return sorted(bad)
+
+
+def test_one_resolution_decides_every_launch():
+    """resolution/ decides a launch for every entry, from config, system and errors only, without
+    torch anywhere in it; its rules (ports, threads, start method, processes, the single-process
+    rule, gpu_ids) are called from nowhere else."""
+    assert _imports_outside("resolution", ("config", "system", "errors")) == []
+    assert _violations("resolution", ("torch",)) == []
+    assert _rules_decided_outside_resolution() == []
+
+
+def test_the_checker_sees_a_rule_decided_twice(tmp_path, monkeypatch):
+    _plant(
+        tmp_path,
+        monkeypatch,
+        {
+            "errors.py": "",
+            "system/__init__.py": "",
+            "system/network.py": "",
+            "resolution/__init__.py": "",
+            "resolution/resolve.py": "def f():\n    import torch\nfrom ..launch import planning\n",
+            "cli/torchrun.py": "from ..system.network import rendezvous_port\n",
+            "launch/__init__.py": "",
+            "launch/planning.py": "",
+        },
+    )
+    assert _imports_outside("resolution", ("config", "system", "errors")) == [
+        "notebook_launcher/resolution/resolve.py imports notebook_launcher.launch.planning"
+    ]
+    assert _violations("resolution", ("torch",)) == ["notebook_launcher/resolution/resolve.py imports torch"]
+    assert _rules_decided_outside_resolution() == [
+        "notebook_launcher/cli/torchrun.py takes rendezvous_port from notebook_launcher.system.network"
+    ]
+    with pytest.raises(AssertionError):
+        test_one_resolution_decides_every_launch()

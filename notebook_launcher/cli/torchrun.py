@@ -26,11 +26,9 @@ from ..config import LaunchConfig, config_to_env, patched_environ, to_file_dict
 from ..config.env import GRACEFUL_PREEMPTION_ENV
 from ..errors import ConfigError, NetworkError
 from ..estimate.performance import REPORT_ENV, PerformanceReport
+from ..resolution import LaunchRequest
 from ..system.network import (
     LOOPBACK,
-    busy_port_note,
-    free_port,
-    rendezvous_port,
     wait_for_main,
     workers_interface_env,
 )
@@ -71,44 +69,34 @@ class RunPlan:
 
     @property
     def local_processes(self) -> int:
-        return int(cast(int, self.config.num_processes)) // self.config.num_machines  # set by resolve.py
-
-
-def choose_port(config: LaunchConfig, notes: list[str]) -> int:
-    """The rendezvous port by the one rule (system/network.rendezvous_port); torchrun needs a
-    number, so "any free port" becomes one here."""
-    port, note = rendezvous_port(config.main_process_port, config.num_machines, config.machine_rank)
-    if port == 0:
-        port = free_port()
-        if note:
-            notes.append(busy_port_note(cast(int, config.main_process_port), port))
-    return port
+        return int(cast(int, self.config.num_processes)) // self.config.num_machines  # set by resolution/
 
 
 def build_plan(
-    config: LaunchConfig,
+    request: LaunchRequest,
     target: list[str],
     *,
-    threads: int | None = None,
     tee: str | None = None,
     log_dir: str | None = None,
     rank_prefix: bool = True,
     report_performance: bool = False,
 ) -> RunPlan:
-    """Choose the port and thread count, and write torchrun's arguments and the workers' env.
+    """torchrun's arguments and the workers' env for a resolved launch (resolution/: port, threads,
+    devices are the request's).
 
     Every line a worker prints is prefixed with its rank (`[rank1] ...`, as in notebook_launch):
     torchrun's --tee copies each worker's output to the console with the prefix template. On one
     machine the rendezvous is static and on loopback (see _rendezvous_args).
     """
     notes: list[str] = []
-    config = config.replace(main_process_port=choose_port(config, notes))
-    local = int(cast(int, config.num_processes)) // config.num_machines  # set by resolve.py
-    args = [f"--nnodes={config.num_machines}", f"--nproc_per_node={local}", *_rendezvous_args(config, notes)]
+    config = request.config
+    args = [
+        f"--nnodes={config.num_machines}",
+        f"--nproc_per_node={request.local_processes}",
+        *_rendezvous_args(config, notes),
+    ]
     args += [f"--max_restarts={config.max_restarts}", f"--monitor_interval={config.monitor_interval}"]
-    from ..system.hardware import ranks_run_on_cpu, threads_per_rank
-
-    env = dict(config_to_env(config, cpu_world=ranks_run_on_cpu(config.runs_on_cpu)))
+    env = dict(config_to_env(config, cpu_world=request.cpu_world))
     if rank_prefix and tee is None:
         tee = "3"
     if rank_prefix and tee not in (None, "0"):
@@ -120,15 +108,14 @@ def build_plan(
     args += ["--module", BOOTSTRAP, *target]
 
     env[GRACEFUL_PREEMPTION_ENV] = "1"
-    threads_value = threads_per_rank(local, threads)
-    if threads_value is not None:
-        env["OMP_NUM_THREADS"] = str(threads_value)
+    if request.threads_per_rank is not None:
+        env["OMP_NUM_THREADS"] = str(request.threads_per_rank)
     if config.debug:
         env["ACCELERATE_DEBUG_MODE"] = "true"  # Accelerate's debug: collectives check shapes across ranks
     if config.debug and not os.environ.get("TORCH_DISTRIBUTED_DEBUG"):
         env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"  # a level the user set themselves wins
-    if config.gpu_ids and config.gpu_ids != "all" and not config.use_cpu:
-        env["CUDA_VISIBLE_DEVICES"] = config.gpu_ids
+    if request.visible_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = request.visible_devices
     network_env, note = workers_interface_env(
         config.num_machines, config.main_process_ip, config.main_process_port
     )

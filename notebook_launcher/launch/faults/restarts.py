@@ -58,7 +58,7 @@ def infrastructure_fault(failure: RankFailure) -> str | None:
 def fresh_plan(plan: LaunchPlan, attempt: int) -> LaunchPlan:
     """The same launch with a new rendezvous store (the old one went with the failed attempt) and
     the attempt number for the workers."""
-    addr, port, store = planning.rendezvous(plan.config, plan.config.num_machines, on_demand=True)
+    addr, port, store = planning.rendezvous(plan.request, on_demand=True)
     specs = [
         dataclasses.replace(
             spec,
