@@ -517,3 +517,64 @@ def test_the_checker_sees_a_rule_decided_twice(tmp_path, monkeypatch):
     ]
     with pytest.raises(AssertionError):
         test_one_resolution_decides_every_launch()
+
+
+# ---- launch's rooms hold one side --------------------------------------------------------------
+LAUNCH_SUBROOMS = ("cell", "faults", "supervise", "warm", "worker")
+
+
+def _launch_subroom_edges() -> set[tuple[str, str]]:
+    """(from, to) for every import between two of launch's sub-rooms, at any level."""
+    modules = {_dotted(path): path for path in _modules()}
+
+    def subroom(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[2] if len(parts) > 3 and parts[1] == "launch" and parts[2] in LAUNCH_SUBROOMS else None
+
+    edges = set()
+    for name, path in modules.items():
+        source = subroom(name)
+        for target in _edges(path, set(modules)):
+            goal = subroom(target)
+            if source and goal and source != goal:
+                edges.add((source, goal))
+    return edges
+
+
+def _launch_sides_mixed() -> list[str]:
+    edges = _launch_subroom_edges()
+    both = [
+        f"launch/{a} and launch/{b} import each other" for a, b in sorted(edges) if a < b and (b, a) in edges
+    ]
+    child = [
+        f"launch/worker (the child's side) imports launch/{b}" for a, b in sorted(edges) if a == "worker"
+    ]
+    return both + child
+
+
+def test_launch_rooms_hold_one_side():
+    """worker/ is the child's side and imports none of the kernel's rooms; no two sub-rooms of launch/
+    import each other (the restart driver in faults/ drives supervise/, never the other way)."""
+    assert _launch_sides_mixed() == []
+
+
+def test_the_checker_sees_sides_mixed(tmp_path, monkeypatch):
+    _plant(
+        tmp_path,
+        monkeypatch,
+        {
+            "launch/__init__.py": "",
+            "launch/worker/__init__.py": "",
+            "launch/worker/entry.py": "def f():\n    from ..supervise import stall\n",
+            "launch/supervise/__init__.py": "",
+            "launch/supervise/stall.py": "from ..worker import entry\n",
+            "launch/faults/__init__.py": "",
+            "launch/faults/restarts.py": "from ..supervise import stall\n",
+        },
+    )
+    assert _launch_sides_mixed() == [
+        "launch/supervise and launch/worker import each other",
+        "launch/worker (the child's side) imports launch/supervise",
+    ]
+    with pytest.raises(AssertionError):
+        test_launch_rooms_hold_one_side()

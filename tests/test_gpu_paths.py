@@ -22,7 +22,7 @@ from fake_cuda import describe, fake_cuda, fake_cuda_module
 from notebook_launcher import WorkerError, notebook_launch
 from notebook_launcher.config import LaunchConfig
 from notebook_launcher.errors import ConfigError
-from notebook_launcher.launch.worker.payload import pickle_target
+from notebook_launcher.launch.supervise.payload import pickle_target
 from notebook_launcher.resolution import resolve_launch
 from notebook_launcher.resolution.processes import check_gpu_ids, count_processes, single_process_rule
 from notebook_launcher.resolution.start_method import choose_start_method

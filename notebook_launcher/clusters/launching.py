@@ -13,7 +13,7 @@ from typing import Any, cast
 from ..config import CLUSTER_TYPES, LaunchConfig
 from ..errors import ConfigError, bad_value
 from ..launch.planning import check_call
-from ..launch.worker.payload import pickle_target
+from ..launch.supervise.payload import pickle_target
 from ..resolution import layered_config, resolve_launch
 from .driver import ClusterRun
 from .node import NodeJob

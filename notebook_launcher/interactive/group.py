@@ -27,11 +27,11 @@ from typing import Any, cast
 
 from ..launch.events import tick
 from ..launch.result import RunRecord
+from ..launch.supervise.forksafety import HelperProcesses, release_openmp_threads
 from ..launch.supervise.inbox import Inbox
 from ..launch.supervise.processes import Worker, kill_and_reap, signal_group, signal_process, stop_group
-from ..launch.warm.standby import LaunchState
 from ..launch.worker import channel
-from ..launch.worker.forksafety import HelperProcesses, release_openmp_threads
+from ..launch.worker.standby import LaunchState
 from ..system.private_files import RUN_DIR_ENV, make_private_dir
 from . import protocol
 from .rank_process import serve_rank

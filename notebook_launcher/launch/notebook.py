@@ -22,9 +22,9 @@ from .faults.restarts import RestartingRun, check_restart_on
 from .handle import RunHandle, collect_result
 from .planning import LaunchPlan
 from .result import LaunchResult
+from .supervise.payload import pickle_target
 from .supervise.supervisor import Watch
 from .warm.warmup import warm_up
-from .worker.payload import pickle_target
 
 
 def _prepare(

@@ -281,7 +281,7 @@ class LaunchTimeout(NotebookLauncherError, TimeoutError):
 
 class RendezvousStalled(NotebookLauncherError, TimeoutError):
     """Every rank of a one-machine launch waited inside init_process_group for `seconds`: the process
-    group never formed (in each of `attempts` starts; launch/faults/rendezvous_watch.py)."""
+    group never formed (in each of `attempts` starts; launch/supervise/rendezvous_watch.py)."""
 
     def __init__(
         self, seconds: float, stacks: dict[int, str] | None = None, report: Any = None, attempts: int = 1

@@ -20,9 +20,9 @@ from .. import planning
 from ..events import ProgressUpdate, RunRestarting
 from ..planning import LaunchPlan
 from ..result import LaunchPreempted, RankFailure, RendezvousStalled, RunRecord, WorkerError
+from ..supervise.rendezvous_watch import RETRIES as RENDEZVOUS_RETRIES
 from ..supervise.supervisor import Supervisor, Watch
 from .launcher_signals import LauncherSignals
-from .rendezvous_watch import RETRIES as RENDEZVOUS_RETRIES
 
 RESTART_ON = ("infrastructure", "any")
 _TIMEOUT_WORDS = ("timed out", "timeout")

@@ -18,8 +18,6 @@ from typing import Any
 
 from ...system.store import StoreOnDemand
 from ..events import HangReported, OutputLine, RunFinished, RunStarted, poll_hooks_ask_stop, tick
-from ..faults.rendezvous_watch import RendezvousWatch
-from ..faults.stall import HangWatch, is_dump_line
 from ..planning import LaunchPlan
 from ..result import (
     STARTUP_HINT,
@@ -31,9 +29,9 @@ from ..result import (
     RunRecord,
     WorkerError,
 )
-from ..warm.standby import LaunchState
 from ..worker.entry import STACK_DUMP_SIGNAL, UNSENT_ERROR_MARK
-from ..worker.forksafety import HelperProcesses, release_openmp_threads
+from ..worker.standby import LaunchState
+from .forksafety import HelperProcesses, release_openmp_threads
 from .inbox import Inbox
 from .processes import (
     STOP_SIGNALS,
@@ -44,7 +42,9 @@ from .processes import (
     start_worker,
     stop_group,
 )
+from .rendezvous_watch import RendezvousWatch
 from .stacks import QUIET_SECONDS, StackDump
+from .stall import HangWatch, is_dump_line
 
 GRACE_SECONDS = 3.0
 POLL_SECONDS = 0.05
