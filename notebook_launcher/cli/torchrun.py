@@ -30,10 +30,9 @@ from ..resolution import LaunchRequest
 from ..system.network import (
     LOOPBACK,
     wait_for_main,
-    workers_interface_env,
 )
 from ..system.private_files import RUN_DIR_ENV, make_private_dir
-from ..system.store import ALL_INTERFACES, file_rendezvous_env, host_store, store_bind_address
+from ..system.store import ALL_INTERFACES, host_store
 from .bootstrap import LAUNCHER_PID_ENV
 from .machines import MachinesMissing, bounded_exit_installed
 
@@ -66,6 +65,8 @@ class RunPlan:
     wait_for_main: bool = False  # a machine other than 0: check the main machine's port first
     log_dir: str | None = None  # the user's --log_dir; None: a temporary one, removed after the run
     report_performance: bool = False  # --report_performance: the step breakdown and verdict at the end
+    store_bind: str = LOOPBACK  # where machine 0's store listens (resolution/)
+    rendezvous_env: dict[str, str] = field(default_factory=dict)  # one machine: the ranks meet in a file
 
     @property
     def local_processes(self) -> int:
@@ -116,11 +117,7 @@ def build_plan(
         env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"  # a level the user set themselves wins
     if request.visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = request.visible_devices
-    network_env, note = workers_interface_env(
-        config.num_machines, config.main_process_ip, config.main_process_port
-    )
-    env.update(network_env)  # one machine: gloo on loopback, where the store is (no hostname lookup per rank)
-    notes += [note] if note else []
+    env.update(request.network_env)  # one machine: gloo on loopback, where the store is (no hostname lookup)
     return RunPlan(
         config=config,
         target=target,
@@ -130,6 +127,8 @@ def build_plan(
         wait_for_main=config.num_machines > 1 and config.machine_rank != 0,
         log_dir=log_dir,
         report_performance=report_performance,
+        store_bind=request.store_bind,
+        rendezvous_env=dict(request.rendezvous_env),
     )
 
 
@@ -205,14 +204,13 @@ def execute(plan: RunPlan, *, debug: bool = False, err: Any = None) -> int:
     if plan.log_dir is None:
         at = args.index("--module")
         args = [*args[:at], f"--log_dir={os.path.join(run_dir, 'logs')}", *args[at:]]
-    store = hosted_store(plan.config)
+    store = hosted_store(plan)
     figures = os.path.join(run_dir, "steps") if plan.report_performance else None
     if figures is not None:  # in the private run directory: where each rank leaves its step figures
         os.mkdir(figures, 0o700)
         plan = replace(plan, env={**plan.env, REPORT_ENV: figures})
     try:
-        meet = file_rendezvous_env(plan.config.num_machines)  # one machine: the ranks meet in a file
-        return _run_torchrun(plan, args, debug, err, {RUN_DIR_ENV: run_dir, **meet})
+        return _run_torchrun(plan, args, debug, err, {RUN_DIR_ENV: run_dir, **plan.rendezvous_env})
     finally:
         store = None  # noqa: F841 - closes the rendezvous port
         if figures is not None:
@@ -220,17 +218,15 @@ def execute(plan: RunPlan, *, debug: bool = False, err: Any = None) -> int:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def hosted_store(config: LaunchConfig) -> Any:
+def hosted_store(plan: RunPlan) -> Any:
     """On machine 0, torch's rendezvous store listening where store.store_bind_address says.
 
     torchrun's agent then creates its store on the same port with multi_tenant=True, which shares
     this server instead of opening one on every interface (TCPStore's own choice). None where
     this machine hosts nothing, or all interfaces is what is needed anyway.
     """
-    if config.machine_rank != 0:
-        return None
-    bind = store_bind_address(config.main_process_ip, config.num_machines)
-    if bind == ALL_INTERFACES:
+    config, bind = plan.config, plan.store_bind
+    if config.machine_rank != 0 or bind == ALL_INTERFACES:
         return None
     try:
         port = int(cast(int, config.main_process_port))  # set by resolve.py

@@ -90,11 +90,10 @@ class NodeRun:
         request = dataclasses.replace(
             request, config=request.config.replace(main_process_ip=addr, main_process_port=port)
         )
-        network_env, reach_main = planning.machine_network(request.config, say) if multi else ({}, None)
         fork = request.start_method == "fork"
         if fork:
             _warm_up(request.config)
-        specs = planning.make_specs(request, (addr, port), None if fork else job.payload, network_env)
+        specs = planning.make_specs(request, (addr, port), None if fork else job.payload)
         plan = planning.plan_started_by(
             request,
             specs=specs,
@@ -102,8 +101,8 @@ class NodeRun:
             timeout=job.timeout,
             store=store,
         )
-        if reach_main is not None and job.node_rank != 0:
-            plan.preflight = reach_main
+        if job.node_rank != 0:
+            plan.preflight = planning.main_machine_check(request, say)
         return plan
 
     def stop(self) -> None:

@@ -14,7 +14,6 @@ from typing import Any, cast
 from ..cluster_runner import cluster_runner
 from ..errors import ConfigError
 from ..resolution import LaunchRequest, layered_config, resolve_launch
-from ..system.store import file_rendezvous_env
 from ..view_factory import displayed_view
 from . import planning
 from .cell.output import CellPrinter, check_prefix_template
@@ -46,21 +45,21 @@ def _prepare(
         target = None
     else:
         warm_up(request.config)
-    network_env, reach_main = planning.machine_network(request.config, say)
     addr, port, store = planning.rendezvous(request, on_demand=True)
-    meet = file_rendezvous_env(
-        request.num_machines
-    )  # one machine: the ranks meet in a file (system/store.py)
-    specs = planning.make_specs(request, (addr, port), payload, network_env | meet)
+    specs = planning.make_specs(request, (addr, port), payload)
     return planning.plan_started_by(
-        request, specs=specs, target=target, timeout=timeout, store=store, preflight=reach_main
+        request,
+        specs=specs,
+        target=target,
+        timeout=timeout,
+        store=store,
+        preflight=planning.main_machine_check(request, say),
     )
 
 
-def resolve_call(
-    options: dict[str, Any], config_overrides: dict[str, Any], say: Callable[[str], None]
-) -> LaunchRequest:
-    """notebook_launch's arguments resolved (resolution/): the one decision every later stage reads."""
+def layer_call(options: dict[str, Any], config_overrides: dict[str, Any]) -> None:
+    """The call's config, layered once (arguments > config= > the default file > defaults) into
+    options["config"]: whether the run goes to a cluster and how it is resolved both read it."""
     if "stall_timeout" in config_overrides and config_overrides["stall_timeout"] is None:
         config_overrides = dict(config_overrides, stall_timeout=0)  # None here means off, not "unset"
     overrides = dict(
@@ -71,11 +70,18 @@ def resolve_call(
         main_process_port=options["master_port"],
         **config_overrides,
     )
+    options["config"] = layered_config(options["config"], overrides)
+
+
+def resolve_call(
+    options: dict[str, Any], config_overrides: dict[str, Any], say: Callable[[str], None]
+) -> LaunchRequest:
+    """notebook_launch's arguments resolved (resolution/): the one decision every later stage reads."""
     request = resolve_launch(
-        layered_config(options["config"], overrides),
+        options["config"],
         "notebook",
         num_processes=options["num_processes"],
-        type_given=overrides.get("distributed_type") is not None,
+        type_given=config_overrides.get("distributed_type") is not None,
         start_method=options["start_method"],
     )
     for note in request.notes:
@@ -181,6 +187,7 @@ def notebook_launch(
         options["observers"] = [*observers, shown]
         poll_hooks = [*poll_hooks, shown.poll]
         options["quiet"] = True
+    layer_call(options, config_overrides)
     remote = _cluster_run(fn, args, kwargs, options, config_overrides, poll_hooks)
     if remote is not None:
         return cast(LaunchResult, remote.run())
@@ -240,9 +247,8 @@ def _cluster_run(
 ) -> Any:
     """The launch on a cluster that cluster= (or the config's cluster_config) asks for; None for
     this machine. The runner the public face registered (cluster_runner.py) takes it: the launcher
-    never imports clusters/ (the arrow is clusters -> launch). The config (argument, else the
-    default file) is resolved here once, and every later stage reads that LaunchConfig."""
-    options["config"] = layered_config(options["config"], {})
+    never imports clusters/ (the arrow is clusters -> launch). options["config"] is the call's
+    layered config (layer_call)."""
     if options.get("cluster") is None and options["config"].cluster_config.cluster_type == "local":
         return None
     overrides = dict(mixed_precision=options["mixed_precision"], **config_overrides)
@@ -297,6 +303,7 @@ def start_launch(
     if shown:
         options["observers"] = [*observers, shown]
         options["quiet"] = True
+    layer_call(options, config_overrides)
     remote = _cluster_run(fn, args, kwargs, options, config_overrides, poll_hooks)
     if remote is not None:
         handle = RunHandle(None, (), (), runner=remote.run)

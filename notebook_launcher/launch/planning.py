@@ -11,12 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import LaunchConfig, worker_env
+from ..config import worker_env
 from ..errors import ConfigError
 from ..resolution import LaunchRequest
-from ..system.network import DEFAULT_PORT, wait_for_main, workers_interface_env
-from ..system.store import StoreOnDemand, host_store, store_bind_address
+from ..system.network import wait_for_main
+from ..system.store import host_store
 from .result import LaunchStopped
+from .supervise.store_on_demand import StoreOnDemand
 from .worker.entry import WorkerSpec
 
 
@@ -88,33 +89,28 @@ def rendezvous(request: LaunchRequest, on_demand: bool = False) -> tuple[str, in
     config = request.config
     if config.machine_rank != 0:
         return request.main_address, request.port, None
-    bind = store_bind_address(config.main_process_ip, config.num_machines)
-    store = _host_store(bind, request.port, on_demand=on_demand and config.num_machines == 1)
+    store = _host_store(request.store_bind, request.port, on_demand=on_demand and config.num_machines == 1)
     return request.main_address, store.port, store
 
 
-def machine_network(
-    config: LaunchConfig, say: Callable[[str], None]
-) -> tuple[dict[str, str], Callable[[Callable[[], bool]], None]]:
-    """The workers' network-interface variables — loopback on one machine; over several machines the
-    interface that reaches the main one (said in one line) — and the check that the main machine's
-    port answers, run before any worker starts."""
-    if config.num_machines > 1 and not config.main_process_ip:
-        return {}, lambda should_stop: None  # (rendezvous() names a missing main_process_ip)
-    addr = str(config.main_process_ip)
-    port = config.main_process_port if config.main_process_port is not None else DEFAULT_PORT
-    env, note = workers_interface_env(config.num_machines, addr, port)
-    if note is None:  # one machine: gloo on loopback, nothing to wait for
-        return env, lambda should_stop: None
-    say(f"notebook_launch: {note}")
+def main_machine_check(
+    request: LaunchRequest, say: Callable[[str], None]
+) -> Callable[[Callable[[], bool]], None]:
+    """Over several machines, the check run before any worker starts that the main machine's port
+    answers (each machine waits for machine 0's launcher, in any start order); nothing on one."""
+    if request.config.num_machines == 1:
+        return lambda should_stop: None
 
     def reach_main(should_stop: Callable[[], bool]) -> None:
         if not wait_for_main(
-            addr, port, say=lambda line: say(f"notebook_launch: {line}"), should_stop=should_stop
+            request.main_address,
+            request.port,
+            say=lambda line: say(f"notebook_launch: {line}"),
+            should_stop=should_stop,
         ):
             raise LaunchStopped("The launch was stopped while waiting for the main machine.")
 
-    return env, reach_main
+    return reach_main
 
 
 def _host_store(bind: str, port: int, on_demand: bool) -> Any:
@@ -144,6 +140,8 @@ def make_specs(
     extra_env = {
         "TORCHELASTIC_USE_AGENT_STORE": "True",
         "TORCHELASTIC_RESTART_COUNT": "0",
+        **request.network_env,
+        **request.rendezvous_env,
         **(extra_env or {}),
     }
     if config.debug:

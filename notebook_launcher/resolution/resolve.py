@@ -16,7 +16,8 @@ from typing import Any
 from ..config import LaunchConfig, resolve_config
 from ..errors import ConfigError
 from ..system.hardware import HardwareInfo, detect, threads_per_rank
-from ..system.network import LOOPBACK, busy_port_note, free_port, rendezvous_port
+from ..system.network import LOOPBACK, busy_port_note, free_port, rendezvous_port, workers_interface_env
+from ..system.store import file_rendezvous_env, store_bind_address
 from .processes import (
     check_gpu_ids,
     check_machines,
@@ -91,18 +92,52 @@ def resolve_launch(
     if entry == "script":
         config = config.replace(main_process_ip=config.main_process_ip or LOOPBACK, main_process_port=port)
     here = entry != "cluster"  # cluster=: each node decides its own threads and devices (entry "node")
+    network_env, rendezvous_env = _worker_network(config, entry, notes)
     return LaunchRequest(
         entry=entry,
         config=config,
         local_processes=local,
+        world_size=world,
         start_method=method,
         main_address=address,
         port=port,
         threads_per_rank=threads_per_rank(local, threads) if here else None,
         cpu_world=here and (config.runs_on_cpu or machine().cuda_device_count == 0),
         visible_devices=visible_devices(config) if here else None,
+        store_bind=store_bind_address(config.main_process_ip, config.num_machines),
+        network_env=network_env,
+        rendezvous_env=rendezvous_env,
         notes=tuple(notes),
     )
+
+
+# Which entries' workers take the network-interface variables (one machine: loopback; several:
+# the interface that reaches machine 0) and the one-machine file rendezvous. %%ranks and one-node
+# clusters keep the TCP store on loopback, which their ranks' own init_process_group reaches.
+WORKER_NETWORK: dict[Entry, tuple[bool, bool]] = {
+    "notebook": (True, True),
+    "script": (True, True),
+    "node": (True, False),  # only over several nodes (one node: as %%ranks)
+    "ranks": (False, False),
+    "cluster": (False, False),  # decided on each node
+    "in_process": (False, False),
+}
+
+
+def _worker_network(
+    config: LaunchConfig, entry: Entry, notes: list[str]
+) -> tuple[dict[str, str], dict[str, str]]:
+    interfaces, file_meeting = WORKER_NETWORK[entry]
+    if entry == "node" and config.num_machines == 1:
+        interfaces = False
+    network: dict[str, str] = {}
+    if interfaces and not (config.num_machines > 1 and not config.main_process_ip):
+        network, note = workers_interface_env(
+            config.num_machines, config.main_process_ip, config.main_process_port
+        )
+        if note:
+            notes.append(note)
+    return network, file_rendezvous_env(config.num_machines) if file_meeting else {}
 
 
 _WHO = {"ranks": "%%ranks", "in_process": "in_process=True"}

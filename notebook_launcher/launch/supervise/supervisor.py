@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...system.store import StoreOnDemand
 from ..events import HangReported, OutputLine, RunFinished, RunStarted, poll_hooks_ask_stop, tick
 from ..planning import LaunchPlan
 from ..result import (
@@ -45,6 +44,7 @@ from .processes import (
 from .rendezvous_watch import RendezvousWatch
 from .stacks import QUIET_SECONDS, StackDump
 from .stall import HangWatch, is_dump_line
+from .store_on_demand import StoreOnDemand
 
 GRACE_SECONDS = 3.0
 POLL_SECONDS = 0.05
