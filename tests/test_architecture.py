@@ -578,3 +578,89 @@ def test_the_checker_sees_sides_mixed(tmp_path, monkeypatch):
     ]
     with pytest.raises(AssertionError):
         test_launch_rooms_hold_one_side()
+
+
+# ---- what launch/ offers the rooms beside it --------------------------------------------------
+LAUNCH_USERS = ("clusters", "interactive", "widgets")
+
+
+def _declared(init: Path, name: str) -> list[str] | None:
+    """The list or tuple of strings assigned to `name` in a package's __init__, read with ast."""
+    if not init.exists():
+        return None
+    for node in ast.parse(init.read_text()).body:
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.AnnAssign)
+            else []
+        )
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets) and node.value is not None:
+            return [e.value for e in getattr(node.value, "elts", []) if isinstance(e, ast.Constant)]
+    return None
+
+
+def _launch_used_beyond_its_face() -> list[str]:
+    """Imports from clusters/, interactive/ and widgets/ into launch/ that launch does not offer:
+    a module at launch's top must be in launch/__init__'s OFFERED_MODULES, a module of a sub-room in
+    that sub-room's __all__."""
+    launch = PACKAGE / "launch"
+    offered_top = set(_declared(launch / "__init__.py", "OFFERED_MODULES") or ())
+    bad = []
+    for path in _modules():
+        if _room(_dotted(path)) not in LAUNCH_USERS:
+            continue
+        for module, names, _ in _import_statements(path):
+            parts = module.split(".")
+            if parts[:2] != ["notebook_launcher", "launch"]:
+                continue
+            if len(parts) == 2:  # from ..launch import x: a module at launch's top, or a name of its face
+                bad += [
+                    f"{path.relative_to(PACKAGE.parent)} imports launch's {m} ({module})"
+                    for m in names
+                    if (launch / f"{m}.py").exists() and m not in offered_top
+                ]
+                continue
+            first = parts[2]
+            if (launch / first).is_dir():
+                offered = set(_declared(launch / first / "__init__.py", "__all__") or ())
+                taken = [parts[3]] if len(parts) > 3 else names
+                missing = [m for m in taken if m not in offered]
+            else:
+                missing = [] if first in offered_top else [first]
+            bad += [f"{path.relative_to(PACKAGE.parent)} imports launch's {m} ({module})" for m in missing]
+    return sorted(bad)
+
+
+def test_the_rooms_beside_launch_use_only_what_it_offers():
+    """clusters/, interactive/ and widgets/ import from launch/ only the modules it declares: its
+    top's OFFERED_MODULES and each sub-room's __all__ (a change inside launch/ knows who it affects)."""
+    assert _launch_used_beyond_its_face() == []
+
+
+def test_the_checker_sees_launch_used_beyond_its_face(tmp_path, monkeypatch):
+    _plant(
+        tmp_path,
+        monkeypatch,
+        {
+            "launch/__init__.py": 'OFFERED_MODULES = ("events",)\n',
+            "launch/events.py": "",
+            "launch/planning.py": "",
+            "launch/worker/__init__.py": '__all__ = ["channel"]\n',
+            "launch/worker/channel.py": "",
+            "launch/worker/detach.py": "",
+            "clusters/__init__.py": "",
+            "clusters/node.py": (
+                "from ..launch import events, planning\nfrom ..launch.planning import plan\n"
+                "from ..launch.worker import channel, detach\nfrom ..launch.worker.channel import x\n"
+            ),
+        },
+    )
+    assert _launch_used_beyond_its_face() == [
+        "notebook_launcher/clusters/node.py imports launch's detach (notebook_launcher.launch.worker)",
+        "notebook_launcher/clusters/node.py imports launch's planning (notebook_launcher.launch)",
+        "notebook_launcher/clusters/node.py imports launch's planning (notebook_launcher.launch.planning)",
+    ]
+    with pytest.raises(AssertionError):
+        test_the_rooms_beside_launch_use_only_what_it_offers()

@@ -27,6 +27,10 @@ from .result import (
 )
 from .warm.pool import release_warm_pool
 
+# The modules at this level that rooms outside launch/ may import (the sub-rooms list theirs in
+# their own __all__; tests/test_architecture.py holds clusters/, interactive/ and widgets/ to both).
+OFFERED_MODULES = ("planning", "events", "result", "handle", "notebook")
+
 __all__ = [
     "LaunchInterrupted",
     "LaunchPreempted",
