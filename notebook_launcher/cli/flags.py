@@ -217,7 +217,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("machine_rank", "Rank of this machine, 0 to num_machines-1.", "machine_rank", count(0)),
     Flag("main_process_ip", "Address of machine 0 (needed with several machines).", "main_process_ip",
          metavar="IP"),
-    Flag("main_process_port", "Port on machine 0 (default 29500; 0, or busy on one machine: a free port).",
+    Flag("main_process_port", "Port on machine 0 (several machines: default 29500; one machine: unset, 0 or busy = a free port).",
          "main_process_port", port),
     Flag("cpu", "Run on CPU even if GPUs are present.", "use_cpu", switch=True),
     Flag("multi_gpu", "Data parallel over GPUs (distributed_type MULTI_GPU).", switch=True),
