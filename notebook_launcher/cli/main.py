@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import NotebookLauncherError, closest
-from ..system.network import DEFAULT_PORT
+from ..records.names import DEFAULT_PORT
 from .flags import Parser, UsageError, launch_parser
 
 if TYPE_CHECKING:

@@ -23,17 +23,23 @@ from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from ..config import LaunchConfig, config_to_env, patched_environ, to_file_dict
-from ..config.env import GRACEFUL_PREEMPTION_ENV
 from ..errors import ConfigError, NetworkError
-from ..estimate.performance import REPORT_ENV, PerformanceReport
+from ..estimate.performance import PerformanceReport
+from ..records.names import (
+    ALL_INTERFACES,
+    CONFIG_ENV,
+    GRACEFUL_PREEMPTION_ENV,
+    LAUNCHER_PID_ENV,
+    REPORT_ENV,
+    RUN_DIR_ENV,
+)
 from ..resolution import LaunchRequest
 from ..system.network import (
     LOOPBACK,
     wait_for_main,
 )
-from ..system.private_files import RUN_DIR_ENV, make_private_dir
-from ..system.store import ALL_INTERFACES, host_store
-from .bootstrap import LAUNCHER_PID_ENV
+from ..system.private_files import make_private_dir
+from ..system.store import host_store
 from .machines import MachinesMissing, bounded_exit_installed
 
 BOOTSTRAP = "notebook_launcher.cli.bootstrap"
@@ -177,7 +183,7 @@ def describe_plan(plan: RunPlan, source: str) -> str:
         f"processes_per_machine={plan.local_processes} world_size={config.num_processes}"
     )
     lines.append("torchrun " + " ".join(plan.torchrun_args))
-    shown = {k: v for k, v in plan.env.items() if k != "NOTEBOOK_LAUNCHER_LAUNCH_CONFIG"}
+    shown = {k: v for k, v in plan.env.items() if k != CONFIG_ENV}
     lines.append("worker environment: " + " ".join(f"{k}={v}" for k, v in sorted(shown.items())))
     return "\n".join(lines)
 

@@ -13,7 +13,6 @@ from typing import Any
 # Set for the workers by `notebook-launcher launch --report_performance`: a private folder where each
 # rank keeps its figures (rank<N>.json); "1" switches the step clock on in a plain script, "0" off
 # (it is on by default inside notebook_launch, where the launcher reads it).
-REPORT_ENV = "NOTEBOOK_LAUNCHER_REPORT_PERFORMANCE"
 PARTS = ("data", "compute", "wait")
 STRAGGLER_WAIT_SHARE = 0.15  # the other ranks wait at least this share of a step...
 STRAGGLER_WAIT_RATIO = 0.5  # ...and the straggler itself at most half their mean wait

@@ -32,7 +32,8 @@ from ..launch.supervise.inbox import Inbox
 from ..launch.supervise.processes import Worker, kill_and_reap, signal_group, signal_process, stop_group
 from ..launch.worker import channel
 from ..launch.worker.standby import LaunchState
-from ..system.private_files import RUN_DIR_ENV, make_private_dir
+from ..records.names import RUN_DIR_ENV
+from ..system.private_files import make_private_dir
 from . import protocol
 from .rank_process import serve_rank
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from ..config import LaunchConfig
 from ..errors import ConfigError, install_hint
+from ..records.names import DEFAULT_PORT
 from ..system.hardware import HardwareInfo, visible_gpu_count
-from ..system.network import DEFAULT_PORT
 from .request import Entry
 
 # Ranks per machine when neither the call nor the config says and no GPU is here: a notebook run

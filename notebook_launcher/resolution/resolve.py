@@ -15,8 +15,9 @@ from typing import Any
 
 from ..config import LaunchConfig, resolve_config
 from ..errors import ConfigError
+from ..records.names import LOOPBACK
 from ..system.hardware import HardwareInfo, detect, threads_per_rank
-from ..system.network import LOOPBACK, busy_port_note, free_port, rendezvous_port, workers_interface_env
+from ..system.network import busy_port_note, free_port, rendezvous_port, workers_interface_env
 from ..system.store import file_rendezvous_env, store_bind_address
 from .processes import (
     check_gpu_ids,

@@ -22,11 +22,8 @@ import os
 import socket
 from typing import Any
 
-from .network import LOOPBACK
-from .private_files import RUN_DIR_ENV, is_private_dir
-
-ALL_INTERFACES = ""
-FILE_RENDEZVOUS_ENV = "NOTEBOOK_LAUNCHER_RENDEZVOUS_FILE"  # "1": the ranks meet in the run's file
+from ..records.names import ALL_INTERFACES, FILE_RENDEZVOUS_ENV, LOOPBACK, RUN_DIR_ENV
+from .private_files import is_private_dir
 
 
 def file_rendezvous_env(num_machines: int) -> dict[str, str]:

@@ -23,7 +23,7 @@ import os
 import time
 from typing import Any
 
-from ...estimate.performance import REPORT_ENV
+from ...records.names import REPORT_ENV
 from ...system.private_files import is_private_dir, write_private
 from .. import telemetry
 
