@@ -34,14 +34,8 @@ def count_processes(
                 f"num_processes={requested!r} must be a positive integer (processes on each machine)."
             )
         return requested
-    machines = config.num_machines
-    if config.num_processes is not None:
-        if config.num_processes % machines:
-            raise ConfigError(
-                f"num_processes={config.num_processes} (every rank) does not divide over num_machines={machines}; "
-                f"use a multiple of {machines}, or pass the processes of each machine (num_processes= in a call)."
-            )
-        return config.num_processes // machines
+    if config.num_processes is not None:  # the total, which LaunchConfig checks divides over machines
+        return config.num_processes // config.num_machines
     if cluster_default is not None:
         count, where = cluster_default()
         say(f"num_processes not given; {count} rank(s) per node on {where}.")
