@@ -1,7 +1,7 @@
 """The kernel's side of a %%ranks group: N rank processes kept alive between cells.
 
-- Start: planned like a launch (launch/planning.py: config, processes, start method, a rendezvous
-  store hosted here); each rank runs `serve_rank`; start() returns once every rank's process group
+- Start: resolved like a launch (resolution/, entry "ranks": config, processes, start method) and
+  planned by launch/planning.py (a rendezvous store hosted here); each rank runs `serve_rank`; start() returns once every rank's process group
   is up, or raises with the first rank's reason and leaves nothing behind.
 - A command goes to the chosen ranks; while they work, every rank's output streams to the
   observers (the cell printer) as launch events; each chosen rank answers once.
