@@ -131,3 +131,38 @@ def train_pipeline(
 def cases(items: list) -> list:
     """Several pipelines one after another in the same processes (one launch for the lot)."""
     return [train_pipeline(*args, **kwargs) for args, kwargs in items]
+
+
+def save_and_resume(sizes: dict, batch: int, folder: str, schedule: str = "1f1b") -> dict:
+    """Train 2 steps, save_state, train 2 more; a fresh model and optimizer load_state and train the
+    same 2: both must end equal. save_model's safetensors must hold the full weights."""
+    from notebook_launcher import Accelerator, ParallelismConfig
+    from notebook_launcher.utils import TorchPipelineParallelConfig
+
+    def setup():
+        pipeline = TorchPipelineParallelConfig(schedule=schedule, loss_fn=nn.functional.mse_loss)
+        accelerator = Accelerator(parallelism_config=ParallelismConfig(**sizes, pp_handler=pipeline))
+        model = make_model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        loader = DataLoader(make_data(), batch_size=batch)
+        return accelerator, *accelerator.prepare(model, opt, loader)
+
+    def steps(model, opt, batches):
+        for x, y in batches:
+            model.step(x, target=y)
+            opt.step()
+            opt.zero_grad()
+
+    accelerator, model, opt, loader = setup()
+    batches = list(loader)
+    steps(model, opt, batches[:2])
+    accelerator.save_state(f"{folder}/ckpt")
+    steps(model, opt, batches[2:4])
+    straight = accelerator.get_state_dict(model)
+    accelerator.save_model(model, f"{folder}/model")
+    accelerator.wait_for_everyone()
+    accelerator2, model2, opt2, _ = setup()
+    accelerator2.load_state(f"{folder}/ckpt")
+    steps(model2, opt2, batches[2:4])
+    resumed = accelerator2.get_state_dict(model2)
+    return {"straight": straight, "resumed": resumed}

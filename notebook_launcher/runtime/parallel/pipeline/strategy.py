@@ -164,10 +164,10 @@ class PipelineStrategy(ModelParallelStrategy):
                     target.copy_(full)
 
     def save_training_state(self, folder: Path, models: list[nn.Module], optimizers: list[Any]) -> None:
-        ckpt.save_sharded(folder, models, optimizers)  # each stage's pieces, under the original names
+        ckpt.save_sharded(folder, models, optimizers, ckpt.SHARDED_BY_NAME)  # each stage's pieces, by name
 
     def load_training_state(self, folder: Path, models: list[nn.Module], optimizers: list[Any]) -> None:
-        ckpt.load_sharded(folder, models, optimizers)
+        ckpt.load_sharded(folder, models, optimizers, ckpt.SHARDED_BY_NAME)
 
     @property
     def saves_on_every_rank(self) -> bool:
