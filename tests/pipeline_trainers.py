@@ -45,7 +45,13 @@ def make_data(n: int = 64) -> TensorDataset:
 
 
 def reference(
-    batch: int, steps: int, *, accumulate: int = 1, clip: float | None = None, blocks: int = 4, nudge: bool = False
+    batch: int,
+    steps: int,
+    *,
+    accumulate: int = 1,
+    clip: float | None = None,
+    blocks: int = 4,
+    nudge: bool = False,
 ) -> dict:
     """One process, the same global batches: the weights (and losses) every pipeline must end with."""
     model = make_model(blocks)

@@ -50,7 +50,9 @@ class TorchPipelineParallelConfig:
         for name in ("n_microbatches", "virtual_stages"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ConfigError(f"TorchPipelineParallelConfig {name}={value!r} must be a whole number >= 1.")
+                raise ConfigError(
+                    f"TorchPipelineParallelConfig {name}={value!r} must be a whole number >= 1."
+                )
         if self.schedule in SINGLE_STAGE and self.virtual_stages != 1:
             raise ConfigError(
                 f"TorchPipelineParallelConfig schedule={self.schedule!r} runs one stage per rank, but "

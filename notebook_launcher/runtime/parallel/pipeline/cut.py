@@ -41,7 +41,7 @@ def units(model: nn.Module) -> list[tuple[str, nn.Module]]:
     def walk(module: nn.Module, prefix: str) -> None:
         for name, child in module.named_children():
             full = f"{prefix}{name}"
-            if _is_plain_sequential(child) and len(child) > 0:
+            if _is_plain_sequential(child) and any(True for _ in child.children()):
                 walk(child, full + ".")
             else:
                 out.append((full, child))

@@ -90,7 +90,9 @@ class PipelineStrategy(ModelParallelStrategy):
     def _rebind(self, optimizer: torch.optim.Optimizer) -> None:
         """The optimizer keeps this rank's parameters only (sharded ones where FSDP2/TP replaced them)."""
         for group in optimizer.param_groups:
-            group["params"] = [self._new_params.get(id(p), p) for p in group["params"] if id(p) not in self._dropped]
+            group["params"] = [
+                self._new_params.get(id(p), p) for p in group["params"] if id(p) not in self._dropped
+            ]
         for stale in [p for p in optimizer.state if id(p) in self._dropped]:
             del optimizer.state[stale]
 

@@ -1,0 +1,157 @@
+"""Pipeline parallelism (issue 35): real CPU processes (gloo) train an nn.Sequential cut into stages
+and end with the weights of one-process training on the same global batches, within the noise
+floor measured in the same test (tests/noise_floor.py); save_state/load_state resume bitwise;
+save_model and merge-weights give the full model under its own names; every bad size is a
+ConfigError naming it."""
+
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+from noise_floor import assert_losses_within_floor, assert_weights_within_floor
+from pipeline_trainers import cases, make_model, reference, save_and_resume
+
+from notebook_launcher import ParallelismConfig, notebook_launch
+from notebook_launcher.config.pipeline import check_batch
+from notebook_launcher.errors import AcceleratorError, ConfigError
+from notebook_launcher.runtime.parallel.pipeline.cut import stage_unit_names, units
+from notebook_launcher.utils import TorchPipelineParallelConfig
+
+TIMEOUT = 240
+
+
+def _check(out: dict, batch: int, steps: int, what: str, **kwargs) -> None:
+    want = reference(batch, steps, **kwargs)
+    nudged = reference(batch, steps, nudge=True, **kwargs)
+    assert_weights_within_floor(out["weights"], want["weights"], nudged["weights"], what)
+    if batch == out.get("local_batch", batch):
+        assert_losses_within_floor(out["losses"], want["losses"], nudged["losses"], what)
+
+
+def _two(items, folder):
+    return cases(items), save_and_resume({"pp_size": 2}, 8, folder)
+
+
+def test_every_schedule_on_two_processes_equals_one_process():
+    """GPipe, 1F1B with gradient accumulation and clipping across stages, interleaved 1F1B (2 virtual
+    stages per rank) cut at named split points, the zero-bubble V schedule with the loss given at
+    the first step; then save_state / load_state / save_model / merge-weights on a pipeline."""
+    items = [
+        (({"pp_size": 2}, 8, 3), {"schedule": "gpipe", "n_microbatches": 4}),
+        (({"pp_size": 2}, 8, 3), {"schedule": "1f1b", "n_microbatches": 4, "accumulate": 2, "clip": 0.05}),
+        (
+            ({"pp_size": 2}, 8, 3),
+            {"schedule": "interleaved_1f1b", "split_points": ["layers.0", "layers.2", "layers.3"]},
+        ),
+        (({"pp_size": 2}, 8, 3), {"schedule": "zbv_zero_bubble", "n_microbatches": 4, "loss_in_step": True}),
+    ]
+    folder = tempfile.mkdtemp()
+    result = notebook_launch(_two, args=(items, folder), num_processes=2, timeout=TIMEOUT)
+    (gpipe, one_f, interleaved, zbv), resume = result[0]
+    _check(gpipe, 8, 3, "gpipe")
+    _check(one_f, 8, 3, "1f1b + accumulation + clipping", accumulate=2, clip=0.05)
+    _check(interleaved, 8, 3, "interleaved_1f1b")
+    _check(zbv, 8, 3, "zbv_zero_bubble")
+    # the loss comes back on every rank, the same; clipping saw the norm over both stages
+    assert [r[0][1]["losses"] for r in result] == [one_f["losses"]] * 2
+    assert one_f["norms"] == result[1][0][1]["norms"] and len(one_f["norms"]) == 3
+    # each rank holds only its stages' blocks, under the model's own names
+    assert gpipe["local_keys"] == sorted(
+        k for k in make_model().state_dict() if k.startswith(("embed.", "layers.0.", "layers.1."))
+    )
+    assert [r[0][2]["stages"] for r in result] == [[0, 2], [1, 3]]  # interleaved: looped placement
+    assert [r[0][3]["stages"] for r in result] == [[0, 3], [1, 2]]  # zero-bubble V
+    # interleaved: stages 0 and 2 of [embed] [layers.0-1] [layers.2] [layers.3, head]
+    assert interleaved["local_keys"] == sorted(
+        k for k in make_model().state_dict() if k.startswith(("embed.", "layers.2."))
+    )
+    for r in result:
+        assert r[0][0]["local_params"] < r[0][0]["whole_params"] * 0.6
+    # checkpoints: an exact resume; full weights that load into the plain model
+    assert all(torch.equal(resume["resumed"][k], resume["straight"][k]) for k in resume["straight"])
+    plain = make_model()
+    from safetensors.torch import load_file
+
+    plain.load_state_dict(load_file(f"{folder}/model/model.safetensors"))
+    want, nudged = reference(8, 4), reference(8, 4, nudge=True)
+    assert_weights_within_floor(plain.state_dict(), want["weights"], nudged["weights"], "save_model")
+    from notebook_launcher.cli.merge_weights import merge_weights
+
+    merged = load_file(str(merge_weights(Path(folder) / "ckpt", Path(folder) / "merged")))
+    want, nudged = reference(8, 2), reference(8, 2, nudge=True)
+    assert_weights_within_floor(merged, want["weights"], nudged["weights"], "merge-weights of save_state")
+
+
+@pytest.mark.slow
+def test_four_stages_and_pipeline_by_fsdp2_and_by_tp_on_four_processes():
+    """PP=4 (1F1B), PP=2 x FSDP2=2 with accumulation and clipping, PP=2 x TP=2 interleaved."""
+    items = [
+        (({"pp_size": 4}, 8, 3), {"schedule": "1f1b"}),
+        (
+            ({"pp_size": 2, "dp_shard_size": 2}, 8, 2),
+            {"schedule": "1f1b", "n_microbatches": 2, "accumulate": 2, "clip": 0.05},
+        ),
+        (({"pp_size": 2, "tp_size": 2}, 8, 3), {"schedule": "interleaved_1f1b", "n_microbatches": 4}),
+    ]
+    result = notebook_launch(cases, args=(items,), num_processes=4, timeout=TIMEOUT)
+    pp4, fsdp, tp = result[0]
+    _check(pp4, 8, 3, "pp=4")
+    assert [r[0]["stages"] for r in result] == [[0], [1], [2], [3]] and pp4["mesh_dims"] == ("pp",)
+    assert fsdp["mesh_dims"] == ("pp", "dp_shard")
+    fsdp["local_batch"] = 8  # two data shards of 8: a global batch of 16, losses are per shard
+    _check(fsdp, 16, 2, "pp x fsdp2", accumulate=2, clip=0.05)
+    assert tp["mesh_dims"] == ("pp", "tp")
+    _check(tp, 8, 3, "pp x tp")
+    assert [r[2]["stages"] for r in result] == [[0, 2], [0, 2], [1, 3], [1, 3]]
+
+
+# ------------------------------------------------------------------ sizes that do not fit
+def test_bad_pipeline_sizes_are_config_errors_naming_the_value():
+    with pytest.raises(ConfigError, match="n_microbatches=2 is fewer than the pp_size=4"):
+        ParallelismConfig(pp_size=4, pp_handler=TorchPipelineParallelConfig(n_microbatches=2))
+    with pytest.raises(ConfigError, match="n_microbatches=3 must be a multiple of pp_size=2"):
+        ParallelismConfig(pp_size=2, pp_handler=TorchPipelineParallelConfig("interleaved_1f1b", 3))
+    with pytest.raises(ConfigError, match="split_points=\\['layers.1', 'layers.2'\\] names 2 cut"):
+        ParallelismConfig(
+            pp_size=2, pp_handler=TorchPipelineParallelConfig(split_points=["layers.1", "layers.2"])
+        )
+    with pytest.raises(ConfigError, match="schedule='gpipe' runs one stage per rank, but virtual_stages=2"):
+        TorchPipelineParallelConfig("gpipe", virtual_stages=2)
+    with pytest.raises(ConfigError, match="'zero_bubble'.*allowed values"):
+        TorchPipelineParallelConfig("zero_bubble")
+    with pytest.raises(ConfigError, match="pp_size=2 with dp_replicate_size=2 and dp_shard_size=1"):
+        ParallelismConfig(pp_size=2, dp_replicate_size=2)
+    with pytest.raises(ConfigError, match="multiplies to 4, but the run has world size 3"):
+        ParallelismConfig(pp_size=2, dp_shard_size=2).check_world_size(3)
+    with pytest.raises(ConfigError, match="batch of 6 samples does not divide into n_microbatches=4"):
+        check_batch(6, 4)
+
+
+def test_a_launch_whose_pipeline_does_not_fit_its_processes_starts_nothing():
+    with pytest.raises(ConfigError, match="world size 2"):
+        notebook_launch(torch.zeros, num_processes=2, parallelism_config=ParallelismConfig(pp_size=4))
+
+
+def test_where_the_model_is_cut():
+    blocks = units(make_model(6))
+    assert [n for n, _ in blocks] == ["embed", *(f"layers.{i}" for i in range(6)), "head"]
+    # even by parameter count: the small embed and head ride with the blocks beside them
+    assert stage_unit_names(blocks, 2, None) == [
+        ["embed", "layers.0", "layers.1", "layers.2"],
+        ["layers.3", "layers.4", "layers.5", "head"],
+    ]
+    assert stage_unit_names(blocks, 3, ["layers.1", "layers.5"])[1] == [
+        "layers.1",
+        "layers.2",
+        "layers.3",
+        "layers.4",
+    ]
+    with pytest.raises(
+        ConfigError, match="split_points names 'layer.3', which is no block.*Did you mean 'layers.3'"
+    ):
+        stage_unit_names(blocks, 2, ["layer.3"])
+    with pytest.raises(ConfigError, match="8 blocks .* for 9 pipeline stages"):
+        stage_unit_names(blocks, 9, None)
+    with pytest.raises(AcceleratorError, match="cuts an nn.Sequential into stages, but got Linear"):
+        units(torch.nn.Linear(2, 2))
