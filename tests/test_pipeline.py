@@ -155,3 +155,31 @@ def test_where_the_model_is_cut():
         stage_unit_names(blocks, 9, None)
     with pytest.raises(AcceleratorError, match="cuts an nn.Sequential into stages, but got Linear"):
         units(torch.nn.Linear(2, 2))
+
+
+def test_the_pipeline_axis_in_the_mesh_the_data_ranks_and_the_yaml_section():
+    from notebook_launcher.config.parallelism import check_section, from_section, mesh_coordinates, to_section
+    from notebook_launcher.runtime.parallel.mesh import data_leaders, data_rank_and_size
+
+    pc = ParallelismConfig(
+        pp_size=2,
+        dp_shard_size=2,
+        pp_handler=TorchPipelineParallelConfig("interleaved_1f1b", 4, 2, ["layers.2"] * 3),
+    )
+    assert pc.mesh_layout() == (("pp", "dp_shard"), (2, 2)) and pc.total_size == 4
+    # pipeline stages are the outermost dim; ranks of different stages read the same batches
+    assert [c["pp"] for c in mesh_coordinates(pc, 4)] == [0, 0, 1, 1]
+    assert [data_rank_and_size(pc, r, 4) for r in range(4)] == [(0, 2), (1, 2), (0, 2), (1, 2)]
+    assert data_leaders(pc, 4) == [2, 3]  # the last stage holds the outputs
+    section = to_section(pc)
+    assert section["parallelism_config_pp_schedule"] == "interleaved_1f1b"
+    back = from_section(check_section(section))
+    assert back.pp_size == 2 and back.pp_handler == TorchPipelineParallelConfig(
+        "interleaved_1f1b", 4, 2, ["layers.2"] * 3
+    )
+    with pytest.raises(ConfigError, match="loss_fn does not travel"):
+        check_section(
+            ParallelismConfig(
+                pp_size=2, pp_handler=TorchPipelineParallelConfig(loss_fn=torch.nn.functional.mse_loss)
+            )
+        )

@@ -79,15 +79,17 @@ def mesh_grid_html(section: dict[str, Any], world_size: int) -> str:
         config.check_world_size(world_size)
     except ConfigError:
         return ""
-    rows: dict[tuple[int, int, int], list[dict[str, int]]] = {}
+    rows: dict[tuple[int, int, int, int], list[dict[str, int]]] = {}
     for coords in mesh_coordinates(config, world_size):
-        rows.setdefault((coords["dp_replicate"], coords["dp_shard"], coords["cp"]), []).append(coords)
+        key = (coords["pp"], coords["dp_replicate"], coords["dp_shard"], coords["cp"])
+        rows.setdefault(key, []).append(coords)
     head = "".join(f"<th>tp {t}</th>" for t in range(cast(int, config.tp_size)))  # set by __post_init__
     body = []
-    for (replica, shard, _cp), cells in rows.items():
+    for (stage, replica, shard, _cp), cells in rows.items():
         colour = _SHARD_COLOURS[shard % len(_SHARD_COLOURS)]
         tds = "".join(f'<td style="background:{colour};padding:2px 8px">rank {c["rank"]}</td>' for c in cells)
-        body.append(f"<tr><th>replica {replica} · shard {shard}</th>{tds}</tr>")
+        where = (f"stage {stage} · " if config.pp_enabled else "") + f"replica {replica} · shard {shard}"
+        body.append(f"<tr><th>{where}</th>{tds}</tr>")
     caption = (
         "same row: one tensor-parallel group, same batches · same column: the same piece of each "
         "split layer · colour: the FSDP2 shard it holds of the rest"
