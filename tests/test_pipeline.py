@@ -183,3 +183,54 @@ def test_the_pipeline_axis_in_the_mesh_the_data_ranks_and_the_yaml_section():
                 pp_size=2, pp_handler=TorchPipelineParallelConfig(loss_fn=torch.nn.functional.mse_loss)
             )
         )
+
+
+CLI_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+from pipeline_trainers import make_data, make_model
+from notebook_launcher import Accelerator
+
+accelerator = Accelerator()
+pc = accelerator.parallelism_config
+model = make_model()
+opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+model, opt, loader = accelerator.prepare(model, opt, DataLoader(make_data(), batch_size=8))
+for i, (x, y) in enumerate(loader):
+    if i == 3:
+        break
+    loss = model.step(x, target=y, loss_fn=nn.functional.mse_loss)
+    opt.step()
+    opt.zero_grad()
+    accelerator.print("loss", loss.item())
+state = accelerator.get_state_dict(model)
+if accelerator.is_main_process:
+    torch.save(state, {out!r})
+print("rank", accelerator.process_index, pc.pp_handler.schedule, pc.pp_handler.n_microbatches, model.stage_ids)
+"""
+
+
+@pytest.mark.slow
+def test_the_cli_flags_carry_the_pipeline_to_the_workers(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    out = tmp_path / "weights.pt"
+    script.write_text(CLI_SCRIPT.format(tests=str(Path(__file__).parent), out=str(out)))
+    flags = ["--cpu", "--num_processes", "2", "--parallelism_config_pp_size", "2"]
+    flags += ["--parallelism_config_pp_schedule", "gpipe", "--parallelism_config_pp_n_microbatches", "4"]
+    flags += ["--parallelism_config_pp_split_points", "layers.3"]
+    done = subprocess.run(
+        [sys.executable, "-m", "notebook_launcher", "launch", *flags, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "rank 0 gpipe 4 [0]" in done.stdout and "rank 1 gpipe 4 [1]" in done.stdout, done.stdout
+    want, nudged = reference(8, 3), reference(8, 3, nudge=True)
+    assert_weights_within_floor(torch.load(out), want["weights"], nudged["weights"], "CLI gpipe")
