@@ -106,6 +106,24 @@ def test_four_stages_and_pipeline_by_fsdp2_and_by_tp_on_four_processes():
     assert [r[2]["stages"] for r in result] == [[0, 2], [0, 2], [1, 3], [1, 3]]
 
 
+@pytest.mark.slow
+def test_three_dimensions_pipeline_by_fsdp2_by_tp_on_eight_processes():
+    """PP=2 (interleaved, 2 stages per rank) x FSDP2=2 x TP=2, with accumulation and clipping."""
+    items = [
+        (
+            ({"pp_size": 2, "dp_shard_size": 2, "tp_size": 2}, 8, 2),
+            {"schedule": "interleaved_1f1b", "n_microbatches": 2, "accumulate": 2, "clip": 0.05},
+        )
+    ]
+    result = notebook_launch(cases, args=(items,), num_processes=8, timeout=TIMEOUT)
+    out = result[0][0]
+    assert out["mesh_dims"] == ("pp", "dp_shard", "tp")
+    assert [r[0]["stages"] for r in result] == [[0, 2]] * 4 + [[1, 3]] * 4
+    out["local_batch"] = 8  # two data shards of 8: a global batch of 16
+    _check(out, 16, 2, "pp x fsdp2 x tp", accumulate=2, clip=0.05)
+    assert len({tuple(r[0]["norms"]) for r in result}) == 1  # one norm over every stage and piece
+
+
 # ------------------------------------------------------------------ sizes that do not fit
 def test_bad_pipeline_sizes_are_config_errors_naming_the_value():
     with pytest.raises(ConfigError, match="n_microbatches=2 is fewer than the pp_size=4"):
