@@ -172,3 +172,32 @@ def save_and_resume(sizes: dict, batch: int, folder: str, schedule: str = "1f1b"
     steps(model2, opt2, batches[2:4])
     resumed = accelerator2.get_state_dict(model2)
     return {"straight": straight, "resumed": resumed}
+
+
+def misuses() -> list:
+    """What a pipeline refuses, inside real ranks: each message (every rank raises alike, none waits)."""
+    from notebook_launcher import Accelerator, ParallelismConfig
+    from notebook_launcher.utils import TorchPipelineParallelConfig
+
+    def prepared(**settings):
+        pipeline = TorchPipelineParallelConfig(loss_fn=nn.functional.mse_loss, **settings)
+        accelerator = Accelerator(parallelism_config=ParallelismConfig(pp_size=2, pp_handler=pipeline))
+        return accelerator, accelerator.prepare(make_model())
+
+    messages = []
+    try:
+        prepared(split_points=["layer.2"])
+    except Exception as exc:  # noqa: BLE001 - the message is the outcome
+        messages.append(f"{type(exc).__name__}: {exc}")
+    accelerator, model = prepared(n_microbatches=4)
+    x, y = make_data()[:6]
+    for attempt in (lambda: model.step(x, target=y), lambda: model(x)):
+        try:
+            attempt()
+        except Exception as exc:  # noqa: BLE001
+            messages.append(f"{type(exc).__name__}: {exc}")
+    try:
+        accelerator.backward(nn.functional.mse_loss(torch.ones(2, requires_grad=True), torch.zeros(2)))
+    except Exception as exc:  # noqa: BLE001
+        messages.append(f"{type(exc).__name__}: {exc}")
+    return messages

@@ -146,6 +146,21 @@ def test_bad_pipeline_sizes_are_config_errors_naming_the_value():
         check_batch(6, 4)
 
 
+def test_what_a_pipeline_refuses_inside_the_ranks():
+    from pipeline_trainers import misuses
+
+    result = notebook_launch(misuses, num_processes=2, timeout=TIMEOUT)
+    assert result[0] == result[1] and len(result[0]) == 4
+    split, batch, call, backward = result[0]
+    assert split.startswith(
+        "ConfigError: TorchPipelineParallelConfig split_points names 'layer.2', which is no"
+    )
+    assert "Did you mean 'layers.2'?" in split
+    assert batch.startswith("ConfigError: The batch of 6 samples does not divide into n_microbatches=4")
+    assert call.startswith("AcceleratorError: A pipeline-parallel model holds only its stage(s)")
+    assert backward.startswith("AcceleratorError: In a pipeline, `loss = model.step(inputs, target)`")
+
+
 def test_a_launch_whose_pipeline_does_not_fit_its_processes_starts_nothing():
     with pytest.raises(ConfigError, match="world size 2"):
         notebook_launch(torch.zeros, num_processes=2, parallelism_config=ParallelismConfig(pp_size=4))

@@ -16,6 +16,7 @@ from .fields import Field
 
 _PREFIX = "parallelism_config.parallelism_config_"
 _SIZES = (
+    ("pp_size", "pipeline stages"),
     ("dp_replicate_size", "data replicas"),
     ("dp_shard_size", "FSDP2 shards"),
     ("tp_size", "tensor parallel"),
@@ -24,7 +25,7 @@ _SHARD_COLOURS = ("#dbeafe", "#dcfce7", "#fef9c3", "#fce7f3", "#ede9fe", "#ffedd
 
 
 class MeshSection:
-    """dp_replicate x dp_shard x tp; all 1 means no mesh (the strategy buttons decide)."""
+    """pp x dp_replicate x dp_shard x tp; all 1 means no mesh (the strategy buttons decide)."""
 
     def __init__(self) -> None:
         self.sizes = {
@@ -34,7 +35,7 @@ class MeshSection:
         self.fields = list(self.sizes.values())
         self.grid = widgets.HTML("")
         self.box = widgets.VBox(
-            [widgets.HTML("<b>Mesh</b> (ParallelismConfig: replicas × shards × tensor parallel)")]
+            [widgets.HTML("<b>Mesh</b> (ParallelismConfig: stages × replicas × shards × tensor parallel)")]
             + [f.box for f in self.fields]
             + [self.grid]
         )
@@ -55,11 +56,14 @@ class MeshSection:
         if all(v == 1 for v in values.values()):
             self.grid.value = ""
             return {"parallelism_config": {}}
-        product = values["dp_replicate_size"] * values["dp_shard_size"] * values["tp_size"]
+        product = (
+            values["pp_size"] * values["dp_replicate_size"] * values["dp_shard_size"] * values["tp_size"]
+        )
         if product != processes:
             self.grid.value = ""
+            stages = f"stages {values['pp_size']} × " if values["pp_size"] > 1 else ""
             raise ConfigError(
-                f"{_PREFIX}tp_size={values['tp_size']}: replicas {values['dp_replicate_size']} × shards "
+                f"{_PREFIX}tp_size={values['tp_size']}: {stages}replicas {values['dp_replicate_size']} × shards "
                 f"{values['dp_shard_size']} × tensor parallel {values['tp_size']} = {product}, but processes = "
                 f"{processes}. Make the product equal the number of processes."
             )

@@ -84,11 +84,12 @@ class PipelineModel(nn.Module):
         stage reads `target`. Gradients accumulate in the parameters as loss.backward() would leave
         them (divided by gradient_accumulation_steps), ready for optimizer.step()."""
         self._adopt_loss_fn(loss_fn)
-        if self.is_first:
-            first = inputs[0] if inputs else None
-            if not isinstance(first, torch.Tensor):
-                raise AcceleratorError("model.step(inputs, target) needs the batch's input tensor first.")
-            check_batch(first.shape[0], self.settings.microbatches(self.pp_size))
+        first = inputs[0] if inputs else None
+        if self.is_first and not isinstance(first, torch.Tensor):
+            raise AcceleratorError("model.step(inputs, target) needs the batch's input tensor first.")
+        for given in (first, target):  # every rank that has the batch checks it (no rank waits alone)
+            if isinstance(given, torch.Tensor):
+                check_batch(given.shape[0], self.settings.microbatches(self.pp_size))
         if self.is_last and target is None:
             raise AcceleratorError(
                 "model.step(inputs, target=...) needs the target on the last stage (pass the same batch on "
