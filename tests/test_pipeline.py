@@ -81,6 +81,34 @@ def test_every_schedule_on_two_processes_equals_one_process():
     merged = load_file(str(merge_weights(Path(folder) / "ckpt", Path(folder) / "merged")))
     want, nudged = reference(8, 2), reference(8, 2, nudge=True)
     assert_weights_within_floor(merged, want["weights"], nudged["weights"], "merge-weights of save_state")
+    _check_the_measured_schedule(result.performance)
+
+
+def _check_the_measured_schedule(performance) -> None:
+    """result.performance carries each stage's last step (the last launch's pipeline: 1f1b, m = 2)
+    and the RunView draws it as the pipeline tab: one lane per stage, a block per micro-batch."""
+    from notebook_launcher import RunView
+    from notebook_launcher.launch.events import StepsMeasured
+
+    pipes = {r.rank: r.pipeline for r in performance.ranks}
+    assert [pipes[rank]["stages"] for rank in (0, 1)] == [[0], [1]]
+    for pipe in pipes.values():
+        assert pipe["schedule"] == "1f1b" and pipe["ideal_bubble"] == pytest.approx(1 / 3)
+        assert 0.0 <= pipe["mean_bubble"] < 1.0
+        assert sorted((kind, chunk) for _, kind, chunk, _, _ in pipe["blocks"]) == [
+            ("B", 0), ("B", 1), ("F", 0), ("F", 1)
+        ]  # fmt: skip
+        starts = {(kind, chunk): t0 for _, kind, chunk, t0, _ in pipe["blocks"]}
+        assert starts["F", 0] < starts["F", 1] and starts["B", 0] < starts["B", 1]  # measured order
+    assert "stage(s) [0]" in str(performance) and "ideal 0.333" in str(performance)
+    view = RunView()
+    for rank, pipe in pipes.items():
+        view(StepsMeasured(rank, {"steps": 2, "step_s": 0.01, "pipeline": pipe}))
+    view.refresh()
+    assert view.tabs.titles[-1] == "pipeline"
+    drawn = view.pipeline_pane.value
+    assert drawn.count("nl-pipeline-lane") == 2 and drawn.count("nl-pipeline-block") == 8
+    assert "rank 1 · stage(s) [1]" in drawn and "(ideal 0.333)" in drawn
 
 
 @pytest.mark.slow

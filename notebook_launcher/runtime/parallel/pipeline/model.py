@@ -18,6 +18,8 @@ from torch import nn
 
 from ....config.pipeline import SCHEDULES, TorchPipelineParallelConfig, check_batch
 from ....errors import AcceleratorError
+from ...world import step_clock
+from .timeline import Timeline
 
 
 class PipelineModel(nn.Module):
@@ -54,6 +56,13 @@ class PipelineModel(nn.Module):
         self._loss_fn: Callable[..., Any] | None = settings.loss_fn
         self._last_rank = _stage_to_rank(settings.schedule, pp_size, n_stages)[n_stages - 1]
         self._step_losses: list[torch.Tensor] = []
+        self.timeline = Timeline(
+            settings.schedule,
+            pp_size,
+            settings.microbatches(pp_size),
+            self.stage_ids,
+            int(settings.virtual_stages or 1),
+        )
 
     @property
     def stage_modules(self) -> list[nn.Module]:
@@ -98,7 +107,16 @@ class PipelineModel(nn.Module):
         schedule = self._schedule or self._build_schedule()
         self._step_losses = []
         kwargs: dict[str, Any] = {"target": target if self.is_last else None, "losses": []}
-        schedule.step(*(inputs if self.is_first else ()), **kwargs)
+        self.timeline.begin()
+        try:
+            schedule.step(*(inputs if self.is_first else ()), **kwargs)
+        finally:
+            parts = self.timeline.end()
+        clock = step_clock.CLOCK
+        if clock.enabled:  # where the step went, for result.performance and the RunView
+            for part, seconds in parts.items():
+                clock.add(part, seconds)
+            clock.pipeline = self.timeline.last
         return self._broadcast_loss()
 
     # ------------------------------------------------------------------ internals
@@ -133,6 +151,7 @@ class PipelineModel(nn.Module):
             PipelineStage(module, index, self.n_stages, self.device, group=self.pp_group)
             for module, index in zip(self.stage_modules, self.stage_ids, strict=True)
         ]
+        self.timeline.attach(stages)
         cls = get_schedule_class(SCHEDULES[self.settings.schedule])
         m = self.settings.microbatches(self.pp_size)
         if self.settings.virtual_stages == 1:
