@@ -295,3 +295,22 @@ def test_the_cli_flags_carry_the_pipeline_to_the_workers(tmp_path):
     assert "rank 0 gpipe 4 [0]" in done.stdout and "rank 1 gpipe 4 [1]" in done.stdout, done.stdout
     want, nudged = reference(8, 3), reference(8, 3, nudge=True)
     assert_weights_within_floor(torch.load(out), want["weights"], nudged["weights"], "CLI gpipe")
+
+
+def test_the_straggler_verdict_names_the_slow_stage():
+    from notebook_launcher.estimate.performance import PerformanceReport
+
+    def payload(rank, compute_s, wait_s):
+        pipe = {
+            "stages": [rank],
+            "schedule": "1f1b",
+            "microbatches": 4,
+            "mean_bubble": wait_s,
+            "ideal_bubble": 0.2,
+        }
+        return {"steps": 10, "step_s": 10.0, "forward_s": compute_s, "wait_s": wait_s * 10, "pipeline": pipe}
+
+    report = PerformanceReport.from_payloads({0: payload(0, 4.0, 0.5), 1: payload(1, 9.0, 0.02)})
+    assert report.kind == "compute straggler" and report.straggler == 1
+    assert report.verdict.startswith("rank 1 (pipeline stage(s) [1]) is the straggler: its compute takes")
+    assert "rank 0 stage(s) [0]: bubble 0.500 (ideal 0.200, 1f1b, 4 micro-batches)" in str(report)
