@@ -13,9 +13,9 @@ from noise_floor import assert_losses_within_floor, assert_weights_within_floor
 from pipeline_trainers import cases, make_model, reference, save_and_resume
 
 from notebook_launcher import ParallelismConfig, notebook_launch
-from notebook_launcher.config.pipeline import check_batch
+from notebook_launcher.config.pipeline import check_batch, units
 from notebook_launcher.errors import AcceleratorError, ConfigError
-from notebook_launcher.runtime.parallel.pipeline.cut import stage_unit_names, units
+from notebook_launcher.runtime.parallel.pipeline.cut import stage_unit_names
 from notebook_launcher.utils import TorchPipelineParallelConfig
 
 TIMEOUT = 240
@@ -314,3 +314,18 @@ def test_the_straggler_verdict_names_the_slow_stage():
     assert report.kind == "compute straggler" and report.straggler == 1
     assert report.verdict.startswith("rank 1 (pipeline stage(s) [1]) is the straggler: its compute takes")
     assert "rank 0 stage(s) [0]: bubble 0.500 (ideal 0.200, 1f1b, 4 micro-batches)" in str(report)
+
+
+def test_estimate_memory_keeps_the_largest_stage():
+    from notebook_launcher import estimate_memory
+
+    model = make_model(6)
+    stages = stage_unit_names(units(model), 2, None)
+    modules = dict(model.named_modules())
+    largest = max(sum(p.numel() for name in stage for p in modules[name].parameters()) for stage in stages)
+    row = estimate_memory(lambda: make_model(6), 2, strategies=["DDP"], pp_size=2).rows[-1]
+    assert (row.strategy, row.processes, row.parameters) == ("PP=2", 2, 4 * largest)
+    ddp = estimate_memory(lambda: make_model(6), 2, strategies=["DDP"]).rows[0]
+    assert row.parameters < 0.6 * ddp.parameters
+    both = estimate_memory(lambda: make_model(6), 4, strategies=["DDP"], pp_size=2, dp_shard_size=2).rows[-1]
+    assert both.strategy == "PP=2 x FSDP=2" and both.processes == 4 and both.parameters < row.parameters

@@ -5,11 +5,11 @@ process starts. No torch here; runtime/parallel/pipeline/ builds the stages and 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError, bad_value
+from ..errors import AcceleratorError, ConfigError, bad_value, closest
 
 # our name -> torch.distributed.pipelining's class name (get_schedule_class)
 SCHEDULES = {
@@ -164,3 +164,71 @@ def pipeline_from_section(section: Mapping[str, Any], prefix: str) -> TorchPipel
         virtual_stages=int(virtual) if virtual is not None else None,
         split_points=points,
     )
+
+
+# ------------------------------------------------------------------ the cut rule (runtime and estimate)
+def _is_plain_sequential(module: Any) -> bool:
+    from torch import nn
+
+    return isinstance(module, nn.Sequential) and type(module).forward is nn.Sequential.forward
+
+
+def units(model: Any) -> list[tuple[str, Any]]:
+    """The blocks a pipeline cuts between, in running order, by qualified name: the children of an
+    nn.Sequential, with any child that is itself a plain nn.Sequential opened up (recursively)."""
+    if not _is_plain_sequential(model):
+        raise AcceleratorError(
+            f"Pipeline parallelism cuts an nn.Sequential into stages, but got {type(model).__name__} (a "
+            "forward of its own cannot be cut). Write the model as nn.Sequential(OrderedDict(embed=..., "
+            "layers=nn.Sequential(*blocks), head=...)) whose children run in order (docs/model-parallel.md, "
+            "'Pipeline parallelism')."
+        )
+    out: list[tuple[str, Any]] = []
+
+    def walk(module: Any, prefix: str) -> None:
+        for name, child in module.named_children():
+            full = f"{prefix}{name}"
+            if _is_plain_sequential(child) and any(True for _ in child.children()):
+                walk(child, full + ".")
+            else:
+                out.append((full, child))
+
+    walk(model, "")
+    return out
+
+
+def stage_bounds(
+    blocks: Sequence[tuple[str, Any]], n_stages: int, split_points: Sequence[str] | None
+) -> list[int]:
+    """Index of the first block of each stage (n_stages entries, the first 0): at the split points,
+    else where the parameters before a block come nearest to k/n_stages of the whole."""
+    names = [n for n, _ in blocks]
+    if len(names) < n_stages:
+        raise ConfigError(
+            f"The model has {len(names)} blocks ({', '.join(names)}) for {n_stages} pipeline stages; each stage "
+            "needs at least one block. Use fewer stages (pp_size x virtual_stages) or a model with more blocks."
+        )
+    if split_points is not None:
+        starts = [0]
+        for point in split_points:
+            if point not in names:
+                raise ConfigError(
+                    f"TorchPipelineParallelConfig split_points names {point!r}, which is no block of the "
+                    f"model (blocks: {', '.join(names)}).{closest(point, names)}"
+                )
+            starts.append(names.index(point))
+        if any(b <= a for a, b in zip(starts, starts[1:], strict=False)):
+            raise ConfigError(
+                f"TorchPipelineParallelConfig split_points={list(split_points)!r} must name blocks in running "
+                f"order, none first (blocks: {', '.join(names)})."
+            )
+        return starts
+    counts = [sum(p.numel() for p in module.parameters()) for _, module in blocks]
+    total = sum(counts) or 1
+    before = [sum(counts[:i]) for i in range(len(counts) + 1)]  # parameters before block i
+    starts = [0]
+    for k in range(1, n_stages):
+        lo, hi = starts[-1] + 1, len(names) - (n_stages - k)  # leave a block for each later stage
+        target = k * total / n_stages
+        starts.append(min(range(lo, hi + 1), key=lambda i: (abs(before[i] - target), i)))
+    return starts

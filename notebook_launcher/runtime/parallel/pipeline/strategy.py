@@ -18,12 +18,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ....config.pipeline import units
 from ....errors import AcceleratorError
 from ...strategies.fsdp import checkpoint as ckpt
 from ...strategies.fsdp.strategy import _note
 from ..mesh import local_rank
 from ..strategy import ModelParallelStrategy, _broadcast_plain_tensors
-from .cut import skeleton, stage_unit_names, units
+from .cut import skeleton, stage_unit_names
 from .model import PipelineModel, stages_of_rank
 
 
