@@ -71,7 +71,14 @@ def reference(
                 torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
             opt.step()
             opt.zero_grad()
-    return {"weights": {k: v.detach().clone() for k, v in model.state_dict().items()}, "losses": losses}
+    x, y = make_data()[:batch]
+    with torch.no_grad():
+        eval_loss = nn.functional.mse_loss(model(x), y).item()
+    return {
+        "weights": {k: v.detach().clone() for k, v in model.state_dict().items()},
+        "losses": losses,
+        "eval_loss": eval_loss,
+    }
 
 
 def train_pipeline(
@@ -122,8 +129,14 @@ def train_pipeline(
             opt.step()
             opt.zero_grad()
     state = accelerator.get_state_dict(model)
+    x, y = make_data()[:batch]
+    try:
+        eval_loss = model.eval_step(x, target=y).item()  # forward only, after training
+    except Exception as exc:  # noqa: BLE001 - the multi-stage schedules refuse it, with the reason
+        eval_loss = f"{type(exc).__name__}: {exc}"
     return {
         "weights": {k: v.detach().cpu().clone() for k, v in state.items()},
+        "eval_loss": eval_loss,
         "losses": losses,
         "norms": norms,
         "stages": list(model.stage_ids),

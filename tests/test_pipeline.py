@@ -27,6 +27,11 @@ def _check(out: dict, batch: int, steps: int, what: str, **kwargs) -> None:
     assert_weights_within_floor(out["weights"], want["weights"], nudged["weights"], what)
     if batch == out.get("local_batch", batch):
         assert_losses_within_floor(out["losses"], want["losses"], nudged["losses"], what)
+        if isinstance(out["eval_loss"], str):  # eval_step: gpipe and 1f1b only
+            assert out["eval_loss"].startswith("AcceleratorError: model.eval_step runs gpipe and 1f1b"), what
+        else:  # forward only, after training: the trained model's loss on the first batch
+            evals = [out["eval_loss"]], [want["eval_loss"]], [nudged["eval_loss"]]
+            assert_losses_within_floor(*evals, what + " eval")
 
 
 def _two(items, folder):
@@ -50,6 +55,7 @@ def test_every_schedule_on_two_processes_equals_one_process():
     result = notebook_launch(_two, args=(items, folder), num_processes=2, timeout=TIMEOUT)
     (gpipe, one_f, interleaved, zbv), resume = result[0]
     _check(gpipe, 8, 3, "gpipe")
+    assert isinstance(gpipe["eval_loss"], float) and isinstance(interleaved["eval_loss"], str)
     _check(one_f, 8, 3, "1f1b + accumulation + clipping", accumulate=2, clip=0.05)
     _check(interleaved, 8, 3, "interleaved_1f1b")
     _check(zbv, 8, 3, "zbv_zero_bubble")

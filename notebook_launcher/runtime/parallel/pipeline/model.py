@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ....config.pipeline import SCHEDULES, TorchPipelineParallelConfig, check_batch
+from ....config.pipeline import SCHEDULES, SINGLE_STAGE, TorchPipelineParallelConfig, check_batch
 from ....errors import AcceleratorError
 from ...world import step_clock
 from .timeline import Timeline
@@ -92,19 +92,7 @@ class PipelineModel(nn.Module):
         Every rank may pass the same batch; only the first stage reads `inputs` and only the last
         stage reads `target`. Gradients accumulate in the parameters as loss.backward() would leave
         them (divided by gradient_accumulation_steps), ready for optimizer.step()."""
-        self._adopt_loss_fn(loss_fn)
-        first = inputs[0] if inputs else None
-        if self.is_first and not isinstance(first, torch.Tensor):
-            raise AcceleratorError("model.step(inputs, target) needs the batch's input tensor first.")
-        for given in (first, target):  # every rank that has the batch checks it (no rank waits alone)
-            if isinstance(given, torch.Tensor):
-                check_batch(given.shape[0], self.settings.microbatches(self.pp_size))
-        if self.is_last and target is None:
-            raise AcceleratorError(
-                "model.step(inputs, target=...) needs the target on the last stage (pass the same batch on "
-                "every rank)."
-            )
-        schedule = self._schedule or self._build_schedule()
+        schedule = self._ready(inputs, target, loss_fn)
         self._step_losses = []
         kwargs: dict[str, Any] = {"target": target if self.is_last else None, "losses": []}
         self.timeline.begin()
@@ -119,7 +107,43 @@ class PipelineModel(nn.Module):
             clock.pipeline = self.timeline.last
         return self._broadcast_loss()
 
+    def eval_step(
+        self, *inputs: Any, target: Any = None, loss_fn: Callable[..., Any] | None = None
+    ) -> torch.Tensor:
+        """One batch through the pipeline, forward only (torch's schedule.eval, no gradients): the
+        batch's mean loss on every rank, for validation between training steps. gpipe and 1f1b only:
+        torch's eval of the multi-stage schedules runs their backward actions and fails."""
+        if self.settings.schedule not in SINGLE_STAGE:
+            raise AcceleratorError(
+                f"model.eval_step runs gpipe and 1f1b pipelines; schedule={self.settings.schedule!r} cannot run "
+                "forward only (torch's eval of it fails). Evaluate with a gpipe/1f1b pipeline of the same "
+                "weights (save_model, then load them), or on the plain model."
+            )
+        schedule = self._ready(inputs, target, loss_fn)
+        self._step_losses = []
+        with torch.no_grad():
+            schedule.eval(
+                *(inputs if self.is_first else ()), target=target if self.is_last else None, losses=[]
+            )
+        return self._broadcast_loss()
+
     # ------------------------------------------------------------------ internals
+    def _ready(self, inputs: tuple[Any, ...], target: Any, loss_fn: Callable[..., Any] | None) -> Any:
+        """Check a step's arguments on every rank alike (no rank waits alone); the schedule."""
+        self._adopt_loss_fn(loss_fn)
+        first = inputs[0] if inputs else None
+        if self.is_first and not isinstance(first, torch.Tensor):
+            raise AcceleratorError("model.step(inputs, target) needs the batch's input tensor first.")
+        for given in (first, target):  # every rank that has the batch checks it
+            if isinstance(given, torch.Tensor):
+                check_batch(given.shape[0], self.settings.microbatches(self.pp_size))
+        if self.is_last and target is None:
+            raise AcceleratorError(
+                "model.step(inputs, target=...) needs the target on the last stage (pass the same batch on "
+                "every rank)."
+            )
+        return self._schedule or self._build_schedule()
+
     def _adopt_loss_fn(self, loss_fn: Callable[..., Any] | None) -> None:
         if loss_fn is not None and self._loss_fn is not None and loss_fn is not self._loss_fn:
             raise AcceleratorError(
