@@ -94,6 +94,7 @@ def train_pipeline(
     clip: float | None = None,
     blocks: int = 4,
     loss_in_step: bool = False,
+    mixed_precision: str = "no",
 ) -> dict:
     """Train on a mesh with pp_size > 1; returns this rank's facts and (rank 0) the full weights."""
     from notebook_launcher import Accelerator, ParallelismConfig
@@ -110,6 +111,7 @@ def train_pipeline(
     accelerator = Accelerator(
         parallelism_config=ParallelismConfig(**sizes, pp_handler=pipeline, tp_handler=tp),
         gradient_accumulation_steps=accumulate,
+        mixed_precision=mixed_precision,
     )
     model = make_model(blocks)
     whole = sum(p.numel() for p in model.parameters())
@@ -135,7 +137,7 @@ def train_pipeline(
     except Exception as exc:  # noqa: BLE001 - the multi-stage schedules refuse it, with the reason
         eval_loss = f"{type(exc).__name__}: {exc}"
     return {
-        "weights": {k: v.detach().cpu().clone() for k, v in state.items()},
+        "weights": {k: v.detach().cpu().float().clone() for k, v in state.items()},
         "eval_loss": eval_loss,
         "losses": losses,
         "norms": norms,

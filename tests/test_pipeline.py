@@ -50,15 +50,19 @@ def test_every_schedule_on_two_processes_equals_one_process():
             {"schedule": "interleaved_1f1b", "split_points": ["layers.0", "layers.2", "layers.3"]},
         ),
         (({"pp_size": 2}, 8, 3), {"schedule": "zbv_zero_bubble", "n_microbatches": 4, "loss_in_step": True}),
+        (({"pp_size": 2}, 8, 3), {"schedule": "1f1b", "n_microbatches": 4, "mixed_precision": "bf16"}),
     ]
     folder = tempfile.mkdtemp()
     result = notebook_launch(_two, args=(items, folder), num_processes=2, timeout=TIMEOUT)
-    (gpipe, one_f, interleaved, zbv), resume = result[0]
+    (gpipe, one_f, interleaved, zbv, bf16), resume = result[0]
     _check(gpipe, 8, 3, "gpipe")
     assert isinstance(gpipe["eval_loss"], float) and isinstance(interleaved["eval_loss"], str)
     _check(one_f, 8, 3, "1f1b + accumulation + clipping", accumulate=2, clip=0.05)
     _check(interleaved, 8, 3, "interleaved_1f1b")
     _check(zbv, 8, 3, "zbv_zero_bubble")
+    want = reference(8, 3)["weights"]  # bf16 autocast in every stage: close, not equal
+    gap = max((bf16["weights"][k] - want[k]).abs().max().item() for k in want)
+    assert 1e-6 < gap < 5e-2  # above: the stages did compute in bf16
     # the loss comes back on every rank, the same; clipping saw the norm over both stages
     assert [r[0][1]["losses"] for r in result] == [one_f["losses"]] * 2
     assert one_f["norms"] == result[1][0][1]["norms"] and len(one_f["norms"]) == 3
