@@ -5,6 +5,8 @@ step for the noise floor, tests/noise_floor.py)."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from collections import OrderedDict
 
 import torch
@@ -115,9 +117,11 @@ def train_pipeline(
     )
     model = make_model(blocks)
     whole = sum(p.numel() for p in model.parameters())
+    last_block = weakref.ref(model.layers[-1].up_proj.weight)  # the first stage never holds it
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     loader = DataLoader(make_data(), batch_size=batch)
     model, opt, loader = accelerator.prepare(model, opt, loader)
+    gc.collect()
     losses, norms = [], []
     for i, (x, y) in enumerate(loader):
         if i >= steps * accumulate:
@@ -145,6 +149,7 @@ def train_pipeline(
         "local_keys": sorted(model.state_dict()),
         "local_params": sum(p.numel() for p in opt.param_groups[0]["params"]),  # shards count their piece
         "whole_params": whole,
+        "last_block_freed": last_block() is None,
         "mesh_dims": accelerator.torch_device_mesh.mesh_dim_names,
     }
 

@@ -149,23 +149,6 @@ class PipelineStrategy(ModelParallelStrategy):
             merged.update(part or {})
         return {k: merged[k] for k in self._key_order if k in merged}
 
-    def load_model_state_dict(self, model: nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
-        """A full state dict (every rank holds it): each rank takes its stage's weights and pieces."""
-        from torch.distributed.tensor import DTensor, distribute_tensor
-
-        own = {**dict(model.named_parameters()), **dict(model.named_buffers())}
-        missing = [k for k in own if k not in state_dict]
-        if missing:
-            raise AcceleratorError(f"The state dict lacks this stage's weights {missing[:5]}.")
-        with torch.no_grad():
-            for key, target in own.items():
-                full = state_dict[key].to(target.device, target.dtype)
-                if isinstance(target, DTensor):
-                    piece = distribute_tensor(full, target.device_mesh, target.placements).to_local()
-                    target.to_local().copy_(piece)
-                else:
-                    target.copy_(full)
-
     def save_training_state(self, folder: Path, models: list[nn.Module], optimizers: list[Any]) -> None:
         ckpt.save_sharded(folder, models, optimizers, ckpt.SHARDED_BY_NAME)  # each stage's pieces, by name
 
