@@ -60,5 +60,18 @@ def test_pipeline_stages_in_the_mesh_section():
     assert not panel.errors
     assert panel.config.parallelism_config["parallelism_config_pp_size"] == 2
     grid = panel.mesh.grid.value
+    panel.mesh.schedule.widget.value = "interleaved_1f1b"
+    panel.mesh.microbatches.widget.value = 3
+    key = "parallelism_config.parallelism_config_pp_n_microbatches"
+    assert "n_microbatches=3 must be a multiple of pp_size=2" in panel.errors[key]
+    panel.mesh.microbatches.widget.value = 4
+    assert not panel.errors
+    section = panel.config.parallelism_config
+    assert section["parallelism_config_pp_schedule"] == "interleaved_1f1b"
+    assert section["parallelism_config_pp_n_microbatches"] == 4
+    again = ConfigPanel(config=panel.config, hardware=CPU_ONLY)
+    assert (
+        again.mesh.schedule.widget.value == "interleaved_1f1b" and again.mesh.microbatches.widget.value == 4
+    )
     assert grid.index("stage 0 · replica 0 · shard 0") < grid.index("stage 1 · replica 0 · shard 1")
     assert grid.index("stage 1 · replica 0 · shard 0") < grid.index("rank 2") < grid.index("rank 3")

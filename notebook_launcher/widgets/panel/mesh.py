@@ -11,6 +11,7 @@ import ipywidgets as widgets
 
 from ...config import LaunchConfig
 from ...config.parallelism import from_section, mesh_coordinates
+from ...config.pipeline import SCHEDULES
 from ...errors import ConfigError
 from .fields import Field
 
@@ -32,7 +33,18 @@ class MeshSection:
             name: Field(_PREFIX + name, label, widgets.IntText(1, layout=widgets.Layout(width="120px")))
             for name, label in _SIZES
         }
-        self.fields = list(self.sizes.values())
+        self.schedule = Field(  # used when pp_size > 1
+            _PREFIX + "pp_schedule",
+            "pipeline schedule",
+            widgets.Dropdown(options=list(SCHEDULES), value="1f1b", layout=widgets.Layout(width="180px")),
+        )
+        self.microbatches = Field(
+            _PREFIX + "pp_n_microbatches",
+            "micro-batches",
+            widgets.IntText(0, layout=widgets.Layout(width="120px")),
+            help="each batch is cut into this many (0: the number of stages)",
+        )
+        self.fields = [*self.sizes.values(), self.schedule, self.microbatches]
         self.grid = widgets.HTML("")
         self.box = widgets.VBox(
             [widgets.HTML("<b>Mesh</b> (ParallelismConfig: stages × replicas × shards × tensor parallel)")]
@@ -45,6 +57,8 @@ class MeshSection:
         section = config.parallelism_config or {}
         for name, field in self.sizes.items():
             field.widget.value = int(section.get(f"parallelism_config_{name}", 1))
+        self.schedule.widget.value = section.get("parallelism_config_pp_schedule", "1f1b")
+        self.microbatches.widget.value = int(section.get("parallelism_config_pp_n_microbatches") or 0)
 
     def read(self, processes: int) -> dict[str, Any]:
         """{"parallelism_config": section}; a ConfigError on the tp field when the product is not the
@@ -67,7 +81,16 @@ class MeshSection:
                 f"{values['dp_shard_size']} × tensor parallel {values['tp_size']} = {product}, but processes = "
                 f"{processes}. Make the product equal the number of processes."
             )
-        section = {f"parallelism_config_{name}": value for name, value in values.items()}
+        section: dict[str, Any] = {f"parallelism_config_{name}": value for name, value in values.items()}
+        if values["pp_size"] > 1:
+            section["parallelism_config_pp_schedule"] = self.schedule.widget.value
+            if self.microbatches.widget.value:
+                section["parallelism_config_pp_n_microbatches"] = self.microbatches.widget.value
+            try:
+                from_section(section)
+            except ConfigError as error:  # shown beside the micro-batches, before anything launches
+                self.grid.value = ""
+                raise ConfigError(f"{_PREFIX}pp_n_microbatches: {error}") from None
         self.grid.value = mesh_grid_html(section, processes)
         return {"parallelism_config": section}
 
