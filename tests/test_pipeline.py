@@ -39,11 +39,11 @@ def _two(items, folder):
 
 
 def test_every_schedule_on_two_processes_equals_one_process():
-    """GPipe, 1F1B with gradient accumulation and clipping across stages, interleaved 1F1B (2 virtual
+    """GPipe with gradient accumulation, 1F1B with accumulation and clipping across stages, interleaved 1F1B (2 virtual
     stages per rank) cut at named split points, the zero-bubble V schedule with the loss given at
     the first step; then save_state / load_state / save_model / merge-weights on a pipeline."""
     items = [
-        (({"pp_size": 2}, 8, 3), {"schedule": "gpipe", "n_microbatches": 4}),
+        (({"pp_size": 2}, 8, 3), {"schedule": "gpipe", "n_microbatches": 4, "accumulate": 2}),
         (({"pp_size": 2}, 8, 3), {"schedule": "1f1b", "n_microbatches": 4, "accumulate": 2, "clip": 0.05}),
         (
             ({"pp_size": 2}, 8, 3),
@@ -55,7 +55,7 @@ def test_every_schedule_on_two_processes_equals_one_process():
     folder = tempfile.mkdtemp()
     result = notebook_launch(_two, args=(items, folder), num_processes=2, timeout=TIMEOUT)
     (gpipe, one_f, interleaved, zbv, bf16), resume = result[0]
-    _check(gpipe, 8, 3, "gpipe")
+    _check(gpipe, 8, 3, "gpipe + accumulation", accumulate=2)  # (clipping would hide its scale)
     assert isinstance(gpipe["eval_loss"], float) and isinstance(interleaved["eval_loss"], str)
     _check(one_f, 8, 3, "1f1b + accumulation + clipping", accumulate=2, clip=0.05)
     _check(interleaved, 8, 3, "interleaved_1f1b")
