@@ -279,6 +279,7 @@ COVERED_ELSEWHERE = {
     "06_config_panel.ipynb": "test_widgets_notebook.py",
     "08_clusters.ipynb": "test_cluster_notebook.py",
     "10_model_parallel_on_a_laptop.ipynb": "test_model_parallel_notebook.py",
+    "11_pipeline_on_a_laptop.ipynb": "test_pipeline_notebook.py",
 }
 
 

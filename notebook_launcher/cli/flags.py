@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config.launch_config import MIXED_PRECISIONS, RDZV_BACKENDS
+from ..config.pipeline import SCHEDULES
 from ..config.sections import (
     DYNAMO_BACKENDS,
     DYNAMO_MODES,
@@ -252,6 +253,13 @@ FLAGS: tuple[Flag, ...] = (
     _mesh("cp_size", "Ranks each sequence is split over (context parallel: CUDA with SDPA only)."),
     Flag("parallelism_config_cp_backend", "Context-parallel backend.", "parallelism_config.parallelism_config_cp_backend",
          choice(("torch",)), group=_MESH),
+    _mesh("pp_size", "Pipeline stages over ranks (ours; model.step runs the schedule)."),
+    Flag("parallelism_config_pp_schedule", "Pipeline schedule.", "parallelism_config.parallelism_config_pp_schedule",
+         choice(tuple(SCHEDULES)), group=_MESH),
+    _mesh("pp_n_microbatches", "Micro-batches each batch is cut into (default: the stages)."),
+    _mesh("pp_virtual_stages", "Stages per rank (interleaved, looped and zero-bubble schedules)."),
+    Flag("parallelism_config_pp_split_points", "Blocks where a stage begins, e.g. layers.4[,layers.8].",
+         "parallelism_config.parallelism_config_pp_split_points", str, metavar="NAMES", group=_MESH),
     Flag("use_deepspeed", "Train with DeepSpeed (distributed_type DEEPSPEED).", switch=True, group=_DS),
     Flag("deepspeed", "A DeepSpeed JSON config file (implies --use_deepspeed).",
          "deepspeed_config.deepspeed_config_file", metavar="FILE", group=_DS,
