@@ -14,9 +14,9 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from ..events import HangReported, OutputLine, RunFinished, RunStarted, poll_hooks_ask_stop, tick
+from ..events import HangReported, OutputLine, RunFinished, RunStarted, RunStatus, poll_hooks_ask_stop, tick
 from ..planning import LaunchPlan
 from ..result import (
     STARTUP_HINT,
@@ -31,6 +31,7 @@ from ..result import (
 from ..worker.entry import STACK_DUMP_SIGNAL, UNSENT_ERROR_MARK
 from ..worker.standby import LaunchState
 from .forksafety import HelperProcesses, release_openmp_threads
+from .hang_report import HangReport
 from .inbox import Inbox
 from .processes import (
     STOP_SIGNALS,
@@ -49,6 +50,8 @@ from .store_on_demand import StoreOnDemand
 GRACE_SECONDS = 3.0
 POLL_SECONDS = 0.05
 TAIL_LINES = 20  # of a rank's output, shown when it died without a Python exception
+
+Outcome = Literal["done", "stopped", "timeout", "rendezvous"]  # why the supervising loop ended
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ class Supervisor:
         self._running_at_stop: list[int] = []
         self.hangs = HangWatch(getattr(plan.config, "stall_timeout", None))
         self.observers.insert(0, self.hangs)
-        self.timeout_report = None
+        self.timeout_report: HangReport | None = None
         self.rendezvous = RendezvousWatch(all_ranks_local=plan.world_size == len(plan.specs))
         self.inbox = Inbox(self.record, self._emit, self._begin_stop, self.stopped_by_us.__contains__)
 
@@ -94,7 +97,9 @@ class Supervisor:
         """Run to completion; raise WorkerError / LaunchTimeout / LaunchStopped / LaunchInterrupted."""
         __tracebackhide__ = True  # IPython: the launcher's frames say nothing about the user's error
         self.started = time.monotonic()
-        status, error, finished = "failed", None, False
+        status: RunStatus = "failed"
+        error: str | None = None
+        finished = False
         if self.plan.pool is not None:
             self.plan.pool.launch_begins()
         try:
@@ -114,13 +119,15 @@ class Supervisor:
                 status, error = "stopped", "interrupted (KeyboardInterrupt)"
                 self._dump_stacks(interruptible=True)
                 raise LaunchInterrupted(self.stacks()) from None
-            status = outcome
+            status = "failed" if outcome == "rendezvous" else outcome
             if outcome == "timeout":
+                assert self.plan.timeout is not None  # the loop times out only under a timeout
                 raise LaunchTimeout(
                     self.plan.timeout, self._running_at_stop, self.stacks(), self.timeout_report
                 )
             if outcome == "rendezvous":
-                status, error = "failed", "the process group did not form (every rank in the rendezvous)"
+                error = "the process group did not form (every rank in the rendezvous)"
+                assert self.rendezvous.seconds is not None  # the loop gives up only after these seconds
                 raise RendezvousStalled(self.rendezvous.seconds, self.stacks(), self.timeout_report)
             if outcome == "stopped":
                 raise LaunchStopped(
@@ -176,7 +183,7 @@ class Supervisor:
             self.selector.register(self.plan.store.fileno(), selectors.EVENT_READ, (None, "store"))
 
     # -------------------------------------------------------------------- loop
-    def _loop(self) -> str:
+    def _loop(self) -> Outcome:
         deadline = None if self.plan.timeout is None else self.started + self.plan.timeout
         while not all(w.exited for w in self.workers):
             self._pump(POLL_SECONDS)
@@ -192,7 +199,7 @@ class Supervisor:
                     self.record.failures.append(orphan)
                     self._begin_stop()
                 self._report_hang_when_due()
-            elif time.monotonic() - self.stopping_since > GRACE_SECONDS:
+            elif self._grace_over():
                 self._kill_remaining()
         return "done"
 
@@ -204,7 +211,7 @@ class Supervisor:
             self._handle(worker, what, key.fd)
         tick(self.observers)
 
-    def _stop_with_stacks(self, outcome: str) -> str:
+    def _stop_with_stacks(self, outcome: Literal["stopped", "timeout", "rendezvous"]) -> Outcome:
         self._dump_stacks()
         if outcome in ("timeout", "rendezvous"):
             self.timeout_report = self.hangs.report(outcome, self.workers, self.stacks())
@@ -212,7 +219,7 @@ class Supervisor:
         self._begin_stop()
         while not all(w.exited for w in self.workers):
             self._pump(POLL_SECONDS)
-            if time.monotonic() - self.stopping_since > GRACE_SECONDS:
+            if self._grace_over():
                 self._kill_remaining()
         return outcome
 
@@ -242,7 +249,9 @@ class Supervisor:
             self.hangs.dumping = False
         self._emit(HangReported(self.hangs.report(reason, self.workers, self.stacks())))
 
-    def _handle(self, worker: Worker, what: str, fd: int) -> None:
+    def _handle(
+        self, worker: Worker, what: Literal["stdout", "stderr", "msg", "store", "exit"], fd: int
+    ) -> None:
         if what in ("stdout", "stderr"):
             if not self.inbox.read_output(worker, what):
                 self._unregister(fd)
@@ -310,6 +319,10 @@ class Supervisor:
             if worker.alive:
                 self.stopped_by_us.add(worker.rank)
                 stop_group(worker)
+
+    def _grace_over(self) -> bool:
+        """Whether the stopped workers had GRACE_SECONDS to end (False while nothing is stopping)."""
+        return self.stopping_since is not None and time.monotonic() - self.stopping_since > GRACE_SECONDS
 
     def _died_before_stop(self, rank: int, code: int | None) -> bool:
         """A stopped rank killed by another signal than ours (the OOM killer's SIGKILL), or exited with
