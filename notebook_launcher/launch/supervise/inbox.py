@@ -20,12 +20,14 @@ from ..cell.traceback_view import fill_source
 from ..events import BarUpdate, MetricLogged, OutputLine, ProgressUpdate, StepsMeasured, Stream, WorkerDisplay
 from ..result import RankFailure, RunRecord, metric_row
 from ..worker import channel
+from ..worker.entry import UNSENT_ERROR_MARK
 from ..worker.relay import DISPLAY_MARK
 from .display_order import DisplayOrder
 from .memory_watch import MemoryWatch
 from .processes import Worker
 
 MARK_WAIT_SECONDS = 1.0
+TAIL_LINES = 20  # of a rank's output, shown when it died without a Python exception
 
 
 class Inbox:
@@ -241,3 +243,12 @@ def _shown(raw: bytes) -> bytes:
         return raw
     parts = [part for part in raw.split(b"\r") if part.strip()]
     return parts[-1] if parts else b""
+
+
+def output_tail(lines: list[str]) -> str:
+    """The last lines of a rank that died without reporting; all of a traceback it printed itself
+    because its error could not be sent (worker/entry.py)."""
+    for index in range(len(lines) - 1, max(-1, len(lines) - 1000), -1):
+        if lines[index].startswith(UNSENT_ERROR_MARK):
+            return "\n".join(lines[index:])
+    return "\n".join(lines[-TAIL_LINES:])

@@ -28,11 +28,11 @@ from ..result import (
     RunRecord,
     WorkerError,
 )
-from ..worker.entry import STACK_DUMP_SIGNAL, UNSENT_ERROR_MARK
+from ..worker.entry import STACK_DUMP_SIGNAL
 from ..worker.standby import LaunchState
 from .forksafety import HelperProcesses, release_openmp_threads
 from .hang_report import HangReport
-from .inbox import Inbox
+from .inbox import Inbox, output_tail
 from .processes import (
     STOP_SIGNALS,
     Worker,
@@ -49,9 +49,9 @@ from .store_on_demand import StoreOnDemand
 
 GRACE_SECONDS = 3.0
 POLL_SECONDS = 0.05
-TAIL_LINES = 20  # of a rank's output, shown when it died without a Python exception
 
 Outcome = Literal["done", "stopped", "timeout", "rendezvous"]  # why the supervising loop ended
+Source = Literal["stdout", "stderr", "msg", "store", "exit"]  # what a ready descriptor of the loop is
 
 
 @dataclass(frozen=True)
@@ -98,8 +98,7 @@ class Supervisor:
         __tracebackhide__ = True  # IPython: the launcher's frames say nothing about the user's error
         self.started = time.monotonic()
         status: RunStatus = "failed"
-        error: str | None = None
-        finished = False
+        error, finished = None, False
         if self.plan.pool is not None:
             self.plan.pool.launch_begins()
         try:
@@ -199,8 +198,8 @@ class Supervisor:
                     self.record.failures.append(orphan)
                     self._begin_stop()
                 self._report_hang_when_due()
-            elif self._grace_over():
-                self._kill_remaining()
+            else:
+                self._kill_after_grace()
         return "done"
 
     def _pump(self, timeout: float) -> None:
@@ -219,8 +218,7 @@ class Supervisor:
         self._begin_stop()
         while not all(w.exited for w in self.workers):
             self._pump(POLL_SECONDS)
-            if self._grace_over():
-                self._kill_remaining()
+            self._kill_after_grace()
         return outcome
 
     def _dump_stacks(self, interruptible: bool = False) -> None:
@@ -249,9 +247,7 @@ class Supervisor:
             self.hangs.dumping = False
         self._emit(HangReported(self.hangs.report(reason, self.workers, self.stacks())))
 
-    def _handle(
-        self, worker: Worker, what: Literal["stdout", "stderr", "msg", "store", "exit"], fd: int
-    ) -> None:
+    def _handle(self, worker: Worker, what: Source, fd: int) -> None:
         if what in ("stdout", "stderr"):
             if not self.inbox.read_output(worker, what):
                 self._unregister(fd)
@@ -301,7 +297,7 @@ class Supervisor:
             code == 0 and worker.reported
         ):
             return
-        tail = _output_tail(list(worker.lines))
+        tail = output_tail(list(worker.lines))
         if not worker.started and self.plan.start_method != "fork":
             tail = (tail + "\n" if tail else "") + STARTUP_HINT
         self.record.failures.append(
@@ -320,10 +316,6 @@ class Supervisor:
                 self.stopped_by_us.add(worker.rank)
                 stop_group(worker)
 
-    def _grace_over(self) -> bool:
-        """Whether the stopped workers had GRACE_SECONDS to end (False while nothing is stopping)."""
-        return self.stopping_since is not None and time.monotonic() - self.stopping_since > GRACE_SECONDS
-
     def _died_before_stop(self, rank: int, code: int | None) -> bool:
         """A stopped rank killed by another signal than ours (the OOM killer's SIGKILL), or exited with
         an error code of its own: it was dying already, and its peers' errors about it reached the
@@ -332,7 +324,10 @@ class Supervisor:
             return False
         return code > 0 or -code not in STOP_SIGNALS
 
-    def _kill_remaining(self) -> None:
+    def _kill_after_grace(self) -> None:
+        """SIGKILL the workers still running GRACE_SECONDS after the stop began (none before a stop)."""
+        if self.stopping_since is None or time.monotonic() - self.stopping_since <= GRACE_SECONDS:
+            return
         for worker in self.workers:
             if worker.alive:
                 self.killed_by_us.add(worker.rank)
@@ -402,12 +397,3 @@ class Supervisor:
             except Exception as exc:  # an observer must never break the run
                 self.observers.remove(observer)
                 warnings.warn(f"Observer {observer!r} raised {exc!r} and was detached.", stacklevel=2)
-
-
-def _output_tail(lines: list[str]) -> str:
-    """The last lines of a rank that died without reporting; all of a traceback it printed itself
-    because its error could not be sent (worker/entry.py)."""
-    for index in range(len(lines) - 1, max(-1, len(lines) - 1000), -1):
-        if lines[index].startswith(UNSENT_ERROR_MARK):
-            return "\n".join(lines[index:])
-    return "\n".join(lines[-TAIL_LINES:])
