@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from cluster_trainers import SavedCount
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
@@ -110,17 +111,6 @@ def gather_eval_indices(n: int, batch_size: int = 32) -> list[int]:
     return torch.cat(seen).flatten().long().tolist()
 
 
-class EpochCounter:
-    def __init__(self) -> None:
-        self.epoch = 0
-
-    def state_dict(self) -> dict:
-        return {"epoch": self.epoch}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.epoch = state["epoch"]
-
-
 def train_with_checkpoint(folder: str, stop_after: tuple[int, int] | None, resume: bool) -> dict:
     """Shuffle + dropout training; optionally save and stop at (epoch, batch); optionally resume."""
     set_seed(11)
@@ -130,21 +120,21 @@ def train_with_checkpoint(folder: str, stop_after: tuple[int, int] | None, resum
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.8)
     loader = DataLoader(regression_data(), batch_size=8, shuffle=True)
     model, opt, loader, sched = acc.prepare(model, opt, loader, sched)
-    counter = EpochCounter()
+    counter = SavedCount("epoch")
     acc.register_for_checkpointing(counter)
     if resume:
         acc.load_state(folder)
-    while counter.epoch < 3:
+    while counter.value < 3:
         for step, (x, y) in enumerate(loader):
             opt.zero_grad()
             acc.backward(nn.functional.mse_loss(model(x), y))
             opt.step()
             sched.step()
-            if stop_after is not None and (counter.epoch, step) == stop_after:
+            if stop_after is not None and (counter.value, step) == stop_after:
                 acc.save_state(folder)
                 acc.end_training()
                 return {"stopped": True}
-        counter.epoch += 1
+        counter.value += 1
     state = {k: v.detach().cpu().clone() for k, v in acc.unwrap_model(model).state_dict().items()}
     acc.end_training()
     return state
