@@ -10,7 +10,7 @@ import torch
 from cluster_trainers import SavedCount  # shared with the DDP and restart tests
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-from trainers import nudge_weights  # shared with the DDP tests
+from trainers import mse_steps, nudge_weights  # shared with the DDP tests
 
 from notebook_launcher import Accelerator, set_seed
 
@@ -247,13 +247,7 @@ def compute_dtypes(steps: int = 3) -> dict:
         lambda module, args: seen.append(str(module.weight.dtype))
     )
     x, y = transformer_data(16).tensors
-    losses = []
-    for _ in range(steps):
-        loss = nn.functional.mse_loss(model(x), y)
-        acc.backward(loss)
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.item())
+    losses = mse_steps(acc, model, opt, [(x, y)] * steps)
     stored = str(next(model.parameters()).dtype)
     acc.end_training()
     return {"in_forward": seen[0], "stored": stored, "losses": losses}

@@ -25,6 +25,19 @@ def nudge_weights(parameters, step: int) -> None:
             local.copy_(torch.nextafter(local, torch.where(up, away, -away)))
 
 
+def mse_steps(acc: Accelerator, model, optimizer, batches) -> list[float]:
+    """One step per (x, y) batch: MSE loss, backward through the Accelerator, optimizer step; the
+    loss of each step."""
+    losses = []
+    for x, y in batches:
+        loss = nn.functional.mse_loss(model(x), y)
+        acc.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
 def regression_data(n: int = 128, features: int = 10) -> TensorDataset:
     g = torch.Generator().manual_seed(1234)
     x = torch.randn(n, features, generator=g)
