@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import torch
 from cluster_trainers import SavedCount
 from torch import nn
@@ -124,6 +127,30 @@ def gather_eval_indices(n: int, batch_size: int = 32) -> list[int]:
     return torch.cat(seen).flatten().long().tolist()
 
 
+class StopAndResume:
+    """The epochs of a training that stops after the step `stop_after` = (epoch, step), its state
+    saved to `folder`, or (`resume`) goes on from the state saved there: the epoch is saved with it."""
+
+    def __init__(self, acc: Accelerator, folder: str, stop_after: tuple[int, int] | None, resume: bool):
+        self.acc, self.folder, self.stop_after = acc, folder, stop_after
+        self.epoch = SavedCount("epoch")
+        acc.register_for_checkpointing(self.epoch)
+        if resume:
+            acc.load_state(folder)
+        self.stopped = False
+
+    def steps(self, loader, epochs: int) -> Iterator[tuple[int, int, Any]]:
+        """(epoch, step, batch) until `epochs` epochs are done, or up to the stop (then `stopped`)."""
+        while self.epoch.value < epochs:
+            for step, batch in enumerate(loader):
+                yield self.epoch.value, step, batch
+                if (self.epoch.value, step) == self.stop_after:
+                    self.acc.save_state(self.folder)
+                    self.stopped = True
+                    return
+            self.epoch.value += 1
+
+
 def train_with_checkpoint(folder: str, stop_after: tuple[int, int] | None, resume: bool) -> dict:
     """Shuffle + dropout training; optionally save and stop at (epoch, batch); optionally resume."""
     set_seed(11)
@@ -133,21 +160,15 @@ def train_with_checkpoint(folder: str, stop_after: tuple[int, int] | None, resum
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.8)
     loader = DataLoader(regression_data(), batch_size=8, shuffle=True)
     model, opt, loader, sched = acc.prepare(model, opt, loader, sched)
-    counter = SavedCount("epoch")
-    acc.register_for_checkpointing(counter)
-    if resume:
-        acc.load_state(folder)
-    while counter.value < 3:
-        for step, (x, y) in enumerate(loader):
-            opt.zero_grad()
-            acc.backward(nn.functional.mse_loss(model(x), y))
-            opt.step()
-            sched.step()
-            if stop_after is not None and (counter.value, step) == stop_after:
-                acc.save_state(folder)
-                acc.end_training()
-                return {"stopped": True}
-        counter.value += 1
+    run = StopAndResume(acc, folder, stop_after, resume)
+    for _, _, (x, y) in run.steps(loader, epochs=3):
+        opt.zero_grad()
+        acc.backward(nn.functional.mse_loss(model(x), y))
+        opt.step()
+        sched.step()
+    if run.stopped:
+        acc.end_training()
+        return {"stopped": True}
     state = {k: v.detach().cpu().clone() for k, v in acc.unwrap_model(model).state_dict().items()}
     acc.end_training()
     return state
