@@ -164,7 +164,7 @@ def estimate_memory(
     counts = [num_processes] if isinstance(num_processes, int) else list(num_processes)
     precisions = [mixed_precision] if isinstance(mixed_precision, str) else list(mixed_precision)
     chosen = list(strategies) if strategies is not None else list(STRATEGIES)
-    offloads = {False: [False], True: [True], "both": [False, True]}.get(offload)  # type: ignore[call-overload]
+    offloads = {False: [False], True: [True], "both": [False, True]}.get(offload)
     _check(counts, precisions, chosen, optimizer, offloads, offload, num_machines)
     built = build_on_meta(model)
     params = parameters_of(built)

@@ -27,7 +27,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
 
     # Delegated attributes that torch (schedulers, clip utilities) reads directly.
     @property
-    def param_groups(self):  # type: ignore[override]
+    def param_groups(self):
         return self.optimizer.param_groups
 
     @param_groups.setter
@@ -35,7 +35,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.optimizer.param_groups = value
 
     @property
-    def state(self):  # type: ignore[override]
+    def state(self):
         return self.optimizer.state
 
     @state.setter
@@ -43,7 +43,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.optimizer.state = value
 
     @property
-    def defaults(self):  # type: ignore[override]
+    def defaults(self):
         return self.optimizer.defaults
 
     @defaults.setter
