@@ -66,17 +66,13 @@ def train(steps: int, sizes: dict) -> dict:
     shape = (sizes["batch"], sizes["seq"], sizes["width"])
     x = torch.randn(shape, generator=g).to(accelerator.device)
     target = torch.randn(shape, generator=g).to(accelerator.device)
-    losses, times = [], []
-    for _ in range(steps):
-        _sync(accelerator.device)
-        start = time.perf_counter()
+
+    def step():
         loss = nn.functional.mse_loss(model(x), target)
         accelerator.backward(loss)
-        optimizer.step()
-        optimizer.zero_grad()
-        _sync(accelerator.device)
-        times.append(time.perf_counter() - start)
-        losses.append(loss.item())
+        return loss
+
+    losses, times = _timed_steps(accelerator, optimizer, steps, step)
     inner = accelerator.unwrap_model(model)
     converted = sorted(
         {
@@ -99,6 +95,21 @@ def train(steps: int, sizes: dict) -> dict:
     return result
 
 
+def _timed_steps(accelerator, optimizer, steps: int, step) -> tuple[list[float], list[float]]:
+    """Each step's loss and seconds: `step()` runs forward and backward and returns the loss."""
+    losses, times = [], []
+    for _ in range(steps):
+        _sync(accelerator.device)
+        start = time.perf_counter()
+        loss = step()
+        optimizer.step()
+        optimizer.zero_grad()
+        _sync(accelerator.device)
+        times.append(time.perf_counter() - start)
+        losses.append(loss.item())
+    return losses, times
+
+
 def train_pipeline(steps: int, sizes: dict) -> dict:
     """The same blocks as an nn.Sequential cut into pp_size stages; model.step runs the schedule."""
     from notebook_launcher import Accelerator
@@ -115,16 +126,7 @@ def train_pipeline(steps: int, sizes: dict) -> dict:
     shape = (sizes["batch"], sizes["seq"], sizes["width"])
     x = torch.randn(shape, generator=g).to(accelerator.device)
     target = torch.randn(shape, generator=g).to(accelerator.device)
-    losses, times = [], []
-    for _ in range(steps):
-        _sync(accelerator.device)
-        start = time.perf_counter()
-        loss = model.step(x, target=target)
-        optimizer.step()
-        optimizer.zero_grad()
-        _sync(accelerator.device)
-        times.append(time.perf_counter() - start)
-        losses.append(loss.item())
+    losses, times = _timed_steps(accelerator, optimizer, steps, lambda: model.step(x, target=target))
     on_gpu = accelerator.device.type == "cuda"
     return {
         "backend": accelerator.state.backend,

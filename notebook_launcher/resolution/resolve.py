@@ -92,24 +92,32 @@ def resolve_launch(
     config = config.replace(num_processes=world)
     if entry == "script":
         config = config.replace(main_process_ip=config.main_process_ip or LOOPBACK, main_process_port=port)
-    here = entry != "cluster"  # cluster=: each node decides its own threads and devices (entry "node")
     network_env, rendezvous_env = _worker_network(config, entry, notes)
     return LaunchRequest(
-        entry=entry,
-        config=config,
-        local_processes=local,
-        world_size=world,
-        start_method=method,
-        main_address=address,
-        port=port,
-        threads_per_rank=threads_per_rank(local, threads) if here else None,
-        cpu_world=here and (config.runs_on_cpu or machine().cuda_device_count == 0),
-        visible_devices=visible_devices(config) if here else None,
+        entry,
+        config,
+        local,
+        world,
+        method,
+        address,
+        port,
+        *_this_machine(config, entry, local, threads, machine),
         store_bind=store_bind_address(config.main_process_ip, config.num_machines),
         network_env=network_env,
         rendezvous_env=rendezvous_env,
         notes=tuple(notes),
     )
+
+
+def _this_machine(
+    config: LaunchConfig, entry: Entry, local: int, threads: int | None, machine: Callable[[], HardwareInfo]
+) -> tuple[int | None, bool, str | None]:
+    """(threads per rank, the ranks compute on CPUs, CUDA_VISIBLE_DEVICES) on the machine the ranks
+    run on; cluster= leaves them to each node (entry "node"), which runs on its own machine."""
+    if entry == "cluster":
+        return None, False, None
+    on_cpu = config.runs_on_cpu or machine().cuda_device_count == 0
+    return threads_per_rank(local, threads), on_cpu, visible_devices(config)
 
 
 # Which entries' workers take the network-interface variables (one machine: loopback; several:

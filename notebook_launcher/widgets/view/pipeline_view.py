@@ -8,6 +8,8 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from .steps_view import colour_legend
+
 COLOURS = {"F": "#1e88e5", "B": "#43a047", "W": "#00897b"}
 NAMES = {"F": "forward", "B": "backward", "W": "weight gradients"}
 
@@ -50,13 +52,10 @@ def pipeline_html(figures: dict[int, dict[str, Any]]) -> str:
             f'<div style="position:relative;height:18px;flex:1;background:#eeeeee">{"".join(blocks)}</div>'
             f'<span style="width:230px">bubble {bubble:.3f} (ideal {ideal:.3f})</span></div>'
         )
-    legend = " ".join(
-        f'<span style="display:inline-block;width:10px;height:10px;background:{c}"></span> {NAMES[k]}'
-        for k, c in COLOURS.items()
-    )
     rows.append(
-        f'<div style="font-size:11px;color:#555;margin-top:4px">{legend} '
-        '<span style="display:inline-block;width:10px;height:10px;background:#eeeeee"></span> idle · '
-        "bubble: the share of a step a rank waits for the other stages (mean over the steps)</div>"
+        colour_legend(
+            [*((NAMES[kind], colour) for kind, colour in COLOURS.items()), ("idle ·", "#eeeeee")],
+            " bubble: the share of a step a rank waits for the other stages (mean over the steps)",
+        )
     )
     return "".join(rows)
