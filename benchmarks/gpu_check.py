@@ -10,6 +10,7 @@ backend allows; NCCL refuses two ranks on one GPU, and that refusal is reported 
 2. FSDP FULL_SHARD, mixed_precision="bf16" (FSDP's MixedPrecisionPolicy)
 3. DeepSpeed ZeRO-2, bf16
 4. a ParallelismConfig mesh, tensor parallel over 2 ranks (the MLPs split), bf16 (issue 27)
+   and a pipeline over 2 stages (1F1B, 4 micro-batches, an nn.Sequential of the same blocks, issue 35)
 5. fp8 (torchao float8 training) on a transformer block vs bf16: which layers were converted,
    the loss after N steps, steps/s; on a GPU below compute capability 8.9 the HardwareError text.
 
@@ -65,17 +66,13 @@ def train(steps: int, sizes: dict) -> dict:
     shape = (sizes["batch"], sizes["seq"], sizes["width"])
     x = torch.randn(shape, generator=g).to(accelerator.device)
     target = torch.randn(shape, generator=g).to(accelerator.device)
-    losses, times = [], []
-    for _ in range(steps):
-        _sync(accelerator.device)
-        start = time.perf_counter()
+
+    def step():
         loss = nn.functional.mse_loss(model(x), target)
         accelerator.backward(loss)
-        optimizer.step()
-        optimizer.zero_grad()
-        _sync(accelerator.device)
-        times.append(time.perf_counter() - start)
-        losses.append(loss.item())
+        return loss
+
+    losses, times = _timed_steps(accelerator, optimizer, steps, step)
     inner = accelerator.unwrap_model(model)
     converted = sorted(
         {
@@ -98,6 +95,50 @@ def train(steps: int, sizes: dict) -> dict:
     return result
 
 
+def _timed_steps(accelerator, optimizer, steps: int, step) -> tuple[list[float], list[float]]:
+    """Each step's loss and seconds: `step()` runs forward and backward and returns the loss."""
+    losses, times = [], []
+    for _ in range(steps):
+        _sync(accelerator.device)
+        start = time.perf_counter()
+        loss = step()
+        optimizer.step()
+        optimizer.zero_grad()
+        _sync(accelerator.device)
+        times.append(time.perf_counter() - start)
+        losses.append(loss.item())
+    return losses, times
+
+
+def train_pipeline(steps: int, sizes: dict) -> dict:
+    """The same blocks as an nn.Sequential cut into pp_size stages; model.step runs the schedule."""
+    from notebook_launcher import Accelerator
+    from notebook_launcher.utils import TorchPipelineParallelConfig
+
+    accelerator = Accelerator()
+    pipeline = TorchPipelineParallelConfig("1f1b", n_microbatches=4, loss_fn=nn.functional.mse_loss)
+    if accelerator.parallelism_config is not None:
+        accelerator.parallelism_config.pp_handler = pipeline  # the loss function stays in the function
+    model = nn.Sequential(*build_model(**sizes).children())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    g = torch.Generator(device="cpu").manual_seed(0)
+    shape = (sizes["batch"], sizes["seq"], sizes["width"])
+    x = torch.randn(shape, generator=g).to(accelerator.device)
+    target = torch.randn(shape, generator=g).to(accelerator.device)
+    losses, times = _timed_steps(accelerator, optimizer, steps, lambda: model.step(x, target=target))
+    on_gpu = accelerator.device.type == "cuda"
+    return {
+        "backend": accelerator.state.backend,
+        "distributed_type": f"PP stages {model.stage_ids}",
+        "first_loss": losses[0],
+        "last_loss": losses[-1],
+        "steps_per_s": (len(times) - 2) / sum(times[2:]),
+        "peak_mem_gib": torch.cuda.max_memory_allocated(accelerator.device) / 2**30 if on_gpu else 0.0,
+        "converted_module_types": [],
+    }
+
+
 SECTIONS = [
     ("DDP nccl fp32", {}),
     (
@@ -116,6 +157,10 @@ SECTIONS = [
         "mesh TP=2 bf16",
         {"mixed_precision": "bf16", "parallelism_config": {"parallelism_config_tp_size": 2}},
     ),
+    (  # one GPU per stage over nccl: with one GPU, NCCL's refusal is the figure
+        "mesh PP=2 1f1b fp32",
+        {"parallelism_config": {"parallelism_config_pp_size": 2}, "function": train_pipeline},
+    ),
     ("bf16 (fp8 baseline)", {"mixed_precision": "bf16"}),
     ("fp8 (torchao)", {"mixed_precision": "fp8"}),
 ]
@@ -125,9 +170,11 @@ def run_section(name: str, options: dict, processes: int, steps: int, sizes: dic
     label = f"{name} x{processes}"
     started = time.perf_counter()
     extra = {"use_cpu": True} if cpu else {}
+    options = dict(options)
+    function = options.pop("function", train)
     try:
         result = notebook_launch(
-            train,
+            function,
             kwargs={"steps": steps, "sizes": sizes},
             num_processes=processes,
             timeout=600,

@@ -84,6 +84,7 @@ _LAZY = {
         ("ParallelismConfig", "TorchTensorParallelConfig", "TorchContextParallelConfig"),
         "notebook_launcher.config.parallelism",
     ),
+    "TorchPipelineParallelConfig": "notebook_launcher.config.pipeline",  # ours: Accelerate has no pp axis
     "write_basic_config": "notebook_launcher.config.basic_config",
     "DDPCommunicationHookType": "notebook_launcher.config.enums",
 }

@@ -132,17 +132,20 @@ def checkpointed_steps(folder: str, steps: int = 16):
     return start, os.environ.get("SLURM_RESTART_COUNT", "0"), weights
 
 
-class StepCount:
-    """How many steps the weights have seen, saved with them (register_for_checkpointing)."""
+class SavedCount:
+    """How many steps (or epochs) the weights have seen, saved with them and restored by load_state
+    (register_for_checkpointing) under `key`. Here, so it travels to the cluster with this module's
+    functions; the restart and DDP trainers import it."""
 
-    def __init__(self) -> None:
-        self.step = 0
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.value = 0
 
     def state_dict(self) -> dict:
-        return {"step": self.step}
+        return {self.key: self.value}
 
     def load_state_dict(self, state: dict) -> None:
-        self.step = int(state["step"])
+        self.value = int(state[self.key])
 
 
 def preemptible_steps(folder: str, steps: int = 30, every: int = 5, sleep: float = 0.25):
@@ -160,26 +163,26 @@ def preemptible_steps(folder: str, steps: int = 30, every: int = 5, sleep: float
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     model, optimizer = accelerator.prepare(model, optimizer)
-    count = StepCount()
+    count = SavedCount("step")
     accelerator.register_for_checkpointing(count)
     x, y = torch.linspace(-1, 1, 32).reshape(8, 4), torch.linspace(0, 1, 8).reshape(8, 1)
     if list(Path(folder, "checkpoints").glob("checkpoint_*")):
         accelerator.load_state()  # the latest one
-    start = count.step
-    while count.step < steps:
+    start = count.value
+    while count.value < steps:
         loss = torch.nn.functional.mse_loss(model(x), y)
         accelerator.backward(loss)
         optimizer.step()
         optimizer.zero_grad()
-        count.step += 1
-        if count.step % every == 0:
+        count.value += 1
+        if count.value % every == 0:
             accelerator.save_state()
         if accelerator.preempted:
             saved = accelerator.save_state()
             if accelerator.is_main_process:
-                Path(saved, "preempted").write_text(str(count.step))
-            return {"preempted_at": count.step}
-        accelerator.print(f"step {count.step}", flush=True)
+                Path(saved, "preempted").write_text(str(count.value))
+            return {"preempted_at": count.value}
+        accelerator.print(f"step {count.value}", flush=True)
         time.sleep(sleep)
     weights = accelerator.unwrap_model(model).weight.detach().clone()
     return start, os.environ.get("SLURM_RESTART_COUNT", "0"), weights

@@ -84,6 +84,7 @@ FAST_FILES = {
     "test_binder.py",
     "test_migration_doc.py",
     "test_config.py",  # config/
+    "test_resolution.py",  # resolution/: one decision of a launch for every entry
     "test_sharding_config.py",
     "test_cluster_config.py",  # clusters/ (settings, refusals)
     "test_network.py",  # system/

@@ -8,7 +8,7 @@ import os
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, IterableDataset
-from trainers import IndexDataset
+from trainers import IndexDataset, mse_steps
 
 from notebook_launcher import Accelerator, PartialState
 from notebook_launcher.state import AcceleratorState, GradientState
@@ -203,13 +203,7 @@ def dynamo_losses(backend: str | None) -> dict:
     model, opt, loader = acc.prepare(
         model, opt, DataLoader(torch.utils.data.TensorDataset(x, x[:, :1]), batch_size=2)
     )
-    losses = []
-    for xb, yb in loader:
-        loss = nn.functional.mse_loss(model(xb), yb)
-        acc.backward(loss)
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.item())
+    losses = mse_steps(acc, model, opt, loader)
     return {"compiled": hasattr(model, "_orig_mod"), "losses": losses}
 
 

@@ -11,18 +11,7 @@ import os
 import signal
 import time
 
-
-class Progress:
-    """A registered object: the global step, restored by load_state()."""
-
-    def __init__(self) -> None:
-        self.step = 0
-
-    def state_dict(self) -> dict:
-        return {"step": self.step}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.step = int(state["step"])
+from cluster_trainers import SavedCount
 
 
 def train(
@@ -73,7 +62,7 @@ def train(
     data = torch.utils.data.TensorDataset(torch.randn(40, 4), torch.randn(40, 1))
     loader = torch.utils.data.DataLoader(data, batch_size=4, shuffle=True)
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
-    progress = Progress()
+    progress = SavedCount("step")  # a registered object: the global step, restored by load_state()
     accelerator.register_for_checkpointing(progress)
     first = accelerator.restart_count == 0
     rank = accelerator.process_index
@@ -81,11 +70,11 @@ def train(
         os.path.join(project_dir, "checkpoints")
     ):
         accelerator.load_state()
-    resumed_at = progress.step
+    resumed_at = progress.value
     if kill_how == "in_save" and first and rank == kill_rank:
 
         def die_while_saving(models, weights, output_dir):
-            if progress.step >= kill_at:
+            if progress.value >= kill_at:
                 with open(os.path.join(output_dir, "half_written"), "w") as f:
                     f.write("x")
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -101,37 +90,37 @@ def train(
                 os.kill(os.getpid(), signal.SIGKILL)
 
         saving.saver().before_write = die_while_writing
-    while progress.step < total_steps:
+    while progress.value < total_steps:
         for x, y in loader:
             loss = nn.functional.mse_loss(model(x), y)
             accelerator.backward(loss)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad()
-            progress.step += 1
+            progress.value += 1
             if sleep:
                 time.sleep(sleep)
-            if progress.step % every == 0 and not periodic:
+            if progress.value % every == 0 and not periodic:
                 accelerator.save_state()
-            if first and rank == kill_rank and progress.step == kill_at:
+            if first and rank == kill_rank and progress.value == kill_at:
                 if kill_how == "SIGKILL":
                     os.kill(os.getpid(), signal.SIGKILL)
                 if kill_how == "exit":
                     os._exit(3)
                 if kill_how == "raise":
-                    raise ValueError(f"bad batch at step {progress.step}")
-            if preempt and first and rank == preempt["rank"] and progress.step == preempt["at"]:
+                    raise ValueError(f"bad batch at step {progress.value}")
+            if preempt and first and rank == preempt["rank"] and progress.value == preempt["at"]:
                 target = os.getpid() if preempt["to"] == "worker" else os.getppid()
                 os.kill(target, getattr(signal, preempt["signal"]))
             if accelerator.preempted:
                 saved = accelerator.save_state()
                 return {
-                    "preempted_at": progress.step,
+                    "preempted_at": progress.value,
                     "saved": str(saved),
                     "rank": rank,
                     "agreement_checks": preemption.checks,
                 }
-            if progress.step >= total_steps:
+            if progress.value >= total_steps:
                 break
     weights = accelerator.unwrap_model(model).state_dict()
     return {

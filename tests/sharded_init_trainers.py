@@ -10,6 +10,7 @@ import torch
 from sharding_trainers import TinyTransformer, transformer_data
 from torch import nn
 from torch.utils.data import DataLoader
+from trainers import mse_steps
 
 from notebook_launcher import Accelerator, init_empty_weights, set_seed
 
@@ -86,12 +87,7 @@ def init_then_train(
     pieces = {name: local_part(p) for name, p in accelerator.unwrap_model(model).named_parameters()}
     losses = []
     for _ in range(epochs):
-        for x, y in loader:
-            loss = nn.functional.mse_loss(model(x), y)
-            accelerator.backward(loss)
-            optimizer.step()
-            optimizer.zero_grad()
-            losses.append(loss.item())
+        losses += mse_steps(accelerator, model, optimizer, loader)
     trained = accelerator.get_state_dict(model)
     accelerator.end_training()
     return {"initial": initial, "trained": trained, "pieces": pieces, "losses": losses, "meta": built_on_meta}

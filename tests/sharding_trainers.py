@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-from trainers import EpochCounter, nudge_weights  # shared with the DDP tests
+from trainers import StopAndResume, mse_steps, nudge_weights  # shared with the DDP tests
 
 from notebook_launcher import Accelerator, set_seed
 
@@ -160,22 +160,16 @@ def train_with_checkpoint(
     model = transformer_model()
     loader = DataLoader(transformer_data(), batch_size=batch_size, shuffle=True)
     model, opt, loader = acc.prepare(model, _optimizer(model.parameters(), 1e-2, "sgd"), loader)
-    counter = EpochCounter()
-    acc.register_for_checkpointing(counter)
-    if resume:
-        acc.load_state(folder)
-    while counter.epoch < epochs:
-        for step, (x, y) in enumerate(loader):
-            if nudge:
-                nudge_weights(model.parameters(), 100 * counter.epoch + step)
-            acc.backward(nn.functional.mse_loss(model(x), y))
-            opt.step()
-            opt.zero_grad()
-            if stop_after is not None and (counter.epoch, step) == stop_after:
-                acc.save_state(folder)
-                acc.end_training()
-                return {"stopped": True, "files": sorted(p.name for p in Path(folder).iterdir())}
-        counter.epoch += 1
+    run = StopAndResume(acc, folder, stop_after, resume)
+    for epoch, step, (x, y) in run.steps(loader, epochs):
+        if nudge:
+            nudge_weights(model.parameters(), 100 * epoch + step)
+        acc.backward(nn.functional.mse_loss(model(x), y))
+        opt.step()
+        opt.zero_grad()
+    if run.stopped:
+        acc.end_training()
+        return {"stopped": True, "files": sorted(p.name for p in Path(folder).iterdir())}
     weights = acc.get_state_dict(model)
     acc.end_training()
     return {"weights": weights}
@@ -246,13 +240,7 @@ def compute_dtypes(steps: int = 3) -> dict:
         lambda module, args: seen.append(str(module.weight.dtype))
     )
     x, y = transformer_data(16).tensors
-    losses = []
-    for _ in range(steps):
-        loss = nn.functional.mse_loss(model(x), y)
-        acc.backward(loss)
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.item())
+    losses = mse_steps(acc, model, opt, [(x, y)] * steps)
     stored = str(next(model.parameters()).dtype)
     acc.end_training()
     return {"in_forward": seen[0], "stored": stored, "losses": losses}

@@ -3,12 +3,11 @@ arguments, and find_executable_batch_size's semantics."""
 
 import json
 import os
-import subprocess
-import sys
 import warnings
 
 import pytest
 import torch
+from fresh_python import last_line
 
 from notebook_launcher import Accelerator, AcceleratorError, ConfigError
 from notebook_launcher.runtime import reset_state
@@ -100,26 +99,15 @@ def test_the_notebook_launcher_function_does_not_shadow_submodules():
         "import sys\n"
         "from notebook_launcher import notebook_launcher\n"
         "assert callable(notebook_launcher)\n"
-        "import notebook_launcher.launch.planning, notebook_launcher.utils, notebook_launcher.state\n"
+        "import notebook_launcher.resolution, notebook_launcher.utils, notebook_launcher.state\n"
         "import notebook_launcher as package\n"
         "assert package.notebook_launcher is notebook_launcher.notebook_launcher\n"
-        "assert callable(package.notebook_launcher) and package.launch.planning.build_config\n"
+        "assert callable(package.notebook_launcher) and package.resolution.layered_config\n"
         "print('torch' in sys.modules)\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    lazy = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys, notebook_launcher, notebook_launcher.utils, notebook_launcher.state; "
-            "print('torch' in sys.modules)",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert lazy.stdout.strip() == "False", lazy.stderr
+    last_line(code)
+    lazy = "import sys, notebook_launcher, notebook_launcher.utils, notebook_launcher.state\nprint('torch' in sys.modules)"
+    assert last_line(lazy) == "False"
 
 
 def _ranks_and_precision(offset):

@@ -336,12 +336,12 @@ def _imports_outside(room: str, allowed: tuple[str, ...]) -> list[str]:
 def test_system_knows_only_the_machine():
     """system/ (hardware, network, store, signals, schedulers, host memory) is the floor: it imports
     only errors and itself, and no torch at module level (the kernel and the CLI use it torch-free)."""
-    assert _imports_outside("system", ("errors",)) == []
+    assert _imports_outside("system", ("errors", "records.names")) == []
     assert _violations("system", ("torch",), module_level_only=True) == []
 
 
 def test_estimate_stands_on_system_config_and_errors():
-    assert _imports_outside("estimate", ("system", "errors", "config")) == []
+    assert _imports_outside("estimate", ("system", "errors", "config", "records.names")) == []
 
 
 # ---- each rule above fails on a planted violation -----------------------------------------------
@@ -401,13 +401,13 @@ def test_the_checker_sees_rooms_reaching_too_far(tmp_path, monkeypatch):
             "launch/notebook.py": "def f():\n    from ..widgets import RunView\n",
         },
     )
-    assert _imports_outside("system", ("errors",)) == [
+    assert _imports_outside("system", ("errors", "records.names")) == [
         "notebook_launcher/system/network.py imports notebook_launcher.config"
     ]
     assert _violations("system", ("torch",), module_level_only=True) == [
         "notebook_launcher/system/hardware.py imports torch"
     ]
-    assert _imports_outside("estimate", ("system", "errors", "config")) == [
+    assert _imports_outside("estimate", ("system", "errors", "config", "records.names")) == [
         "notebook_launcher/estimate/memory.py imports notebook_launcher.launch"
     ]
     for rule in (
@@ -454,3 +454,213 @@ def test_the_checker_sees_a_tree_out_of_date(tmp_path, monkeypatch):
         "gone.py is in the tree but no module has that name",
         "notebook_launcher/launch/new_room.py is not in the tree",
     ]
+
+
+# ---- one resolution of a launch ------------------------------------------------------------------
+# The rules a launch is decided by: defined in system/ (ports, threads) or resolution/, and called
+# only from resolution/ — no entry decides them again.
+RESOLUTION_RULES = {
+    "rendezvous_port": "notebook_launcher.system.network",
+    "threads_per_rank": "notebook_launcher.system.hardware",
+    "choose_start_method": "notebook_launcher.resolution.start_method",
+    "count_processes": "notebook_launcher.resolution.processes",
+    "single_process_rule": "notebook_launcher.resolution.processes",
+    "check_gpu_ids": "notebook_launcher.resolution.processes",
+}
+
+
+def _rules_decided_outside_resolution() -> list[str]:
+    bad = []
+    for path in _modules():
+        module = _dotted(path)
+        if _room(module) == "resolution":
+            continue
+        for name, names, _ in _import_statements(path):
+            bad += [
+                f"{path.relative_to(PACKAGE.parent)} takes {taken} from {name}"
+                for taken in names
+                if RESOLUTION_RULES.get(taken) == name
+            ]
+    return sorted(bad)
+
+
+def test_one_resolution_decides_every_launch():
+    """resolution/ decides a launch for every entry, from config, system and errors only, without
+    torch anywhere in it; its rules (ports, threads, start method, processes, the single-process
+    rule, gpu_ids) are called from nowhere else."""
+    assert _imports_outside("resolution", ("config", "system", "errors", "records.names")) == []
+    assert _violations("resolution", ("torch",)) == []
+    assert _rules_decided_outside_resolution() == []
+
+
+def test_the_checker_sees_a_rule_decided_twice(tmp_path, monkeypatch):
+    _plant(
+        tmp_path,
+        monkeypatch,
+        {
+            "errors.py": "",
+            "system/__init__.py": "",
+            "system/network.py": "",
+            "resolution/__init__.py": "",
+            "resolution/resolve.py": "def f():\n    import torch\nfrom ..launch import planning\n",
+            "cli/torchrun.py": "from ..system.network import rendezvous_port\n",
+            "launch/__init__.py": "",
+            "launch/planning.py": "",
+        },
+    )
+    assert _imports_outside("resolution", ("config", "system", "errors", "records.names")) == [
+        "notebook_launcher/resolution/resolve.py imports notebook_launcher.launch.planning"
+    ]
+    assert _violations("resolution", ("torch",)) == ["notebook_launcher/resolution/resolve.py imports torch"]
+    assert _rules_decided_outside_resolution() == [
+        "notebook_launcher/cli/torchrun.py takes rendezvous_port from notebook_launcher.system.network"
+    ]
+    with pytest.raises(AssertionError):
+        test_one_resolution_decides_every_launch()
+
+
+# ---- launch's rooms hold one side --------------------------------------------------------------
+LAUNCH_SUBROOMS = ("cell", "faults", "supervise", "warm", "worker")
+
+
+def _launch_subroom_edges() -> set[tuple[str, str]]:
+    """(from, to) for every import between two of launch's sub-rooms, at any level."""
+    modules = {_dotted(path): path for path in _modules()}
+
+    def subroom(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[2] if len(parts) > 3 and parts[1] == "launch" and parts[2] in LAUNCH_SUBROOMS else None
+
+    edges = set()
+    for name, path in modules.items():
+        source = subroom(name)
+        for target in _edges(path, set(modules)):
+            goal = subroom(target)
+            if source and goal and source != goal:
+                edges.add((source, goal))
+    return edges
+
+
+def _launch_sides_mixed() -> list[str]:
+    edges = _launch_subroom_edges()
+    both = [
+        f"launch/{a} and launch/{b} import each other" for a, b in sorted(edges) if a < b and (b, a) in edges
+    ]
+    child = [
+        f"launch/worker (the child's side) imports launch/{b}" for a, b in sorted(edges) if a == "worker"
+    ]
+    return both + child
+
+
+def test_launch_rooms_hold_one_side():
+    """worker/ is the child's side and imports none of the kernel's rooms; no two sub-rooms of launch/
+    import each other (the restart driver in faults/ drives supervise/, never the other way)."""
+    assert _launch_sides_mixed() == []
+
+
+def test_the_checker_sees_sides_mixed(tmp_path, monkeypatch):
+    _plant(
+        tmp_path,
+        monkeypatch,
+        {
+            "launch/__init__.py": "",
+            "launch/worker/__init__.py": "",
+            "launch/worker/entry.py": "def f():\n    from ..supervise import stall\n",
+            "launch/supervise/__init__.py": "",
+            "launch/supervise/stall.py": "from ..worker import entry\n",
+            "launch/faults/__init__.py": "",
+            "launch/faults/restarts.py": "from ..supervise import stall\n",
+        },
+    )
+    assert _launch_sides_mixed() == [
+        "launch/supervise and launch/worker import each other",
+        "launch/worker (the child's side) imports launch/supervise",
+    ]
+    with pytest.raises(AssertionError):
+        test_launch_rooms_hold_one_side()
+
+
+# ---- what launch/ offers the rooms beside it --------------------------------------------------
+LAUNCH_USERS = ("clusters", "interactive", "widgets")
+
+
+def _declared(init: Path, name: str) -> list[str] | None:
+    """The list or tuple of strings assigned to `name` in a package's __init__, read with ast."""
+    if not init.exists():
+        return None
+    for node in ast.parse(init.read_text()).body:
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.AnnAssign)
+            else []
+        )
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets) and node.value is not None:
+            return [e.value for e in getattr(node.value, "elts", []) if isinstance(e, ast.Constant)]
+    return None
+
+
+def _launch_used_beyond_its_face() -> list[str]:
+    """Imports from clusters/, interactive/ and widgets/ into launch/ that launch does not offer:
+    a module at launch's top must be in launch/__init__'s OFFERED_MODULES, a module of a sub-room in
+    that sub-room's __all__."""
+    launch = PACKAGE / "launch"
+    offered_top = set(_declared(launch / "__init__.py", "OFFERED_MODULES") or ())
+    bad = []
+    for path in _modules():
+        if _room(_dotted(path)) not in LAUNCH_USERS:
+            continue
+        for module, names, _ in _import_statements(path):
+            parts = module.split(".")
+            if parts[:2] != ["notebook_launcher", "launch"]:
+                continue
+            if len(parts) == 2:  # from ..launch import x: a module at launch's top, or a name of its face
+                bad += [
+                    f"{path.relative_to(PACKAGE.parent)} imports launch's {m} ({module})"
+                    for m in names
+                    if (launch / f"{m}.py").exists() and m not in offered_top
+                ]
+                continue
+            first = parts[2]
+            if (launch / first).is_dir():
+                offered = set(_declared(launch / first / "__init__.py", "__all__") or ())
+                taken = [parts[3]] if len(parts) > 3 else names
+                missing = [m for m in taken if m not in offered]
+            else:
+                missing = [] if first in offered_top else [first]
+            bad += [f"{path.relative_to(PACKAGE.parent)} imports launch's {m} ({module})" for m in missing]
+    return sorted(bad)
+
+
+def test_the_rooms_beside_launch_use_only_what_it_offers():
+    """clusters/, interactive/ and widgets/ import from launch/ only the modules it declares: its
+    top's OFFERED_MODULES and each sub-room's __all__ (a change inside launch/ knows who it affects)."""
+    assert _launch_used_beyond_its_face() == []
+
+
+def test_the_checker_sees_launch_used_beyond_its_face(tmp_path, monkeypatch):
+    _plant(
+        tmp_path,
+        monkeypatch,
+        {
+            "launch/__init__.py": 'OFFERED_MODULES = ("events",)\n',
+            "launch/events.py": "",
+            "launch/planning.py": "",
+            "launch/worker/__init__.py": '__all__ = ["channel"]\n',
+            "launch/worker/channel.py": "",
+            "launch/worker/detach.py": "",
+            "clusters/__init__.py": "",
+            "clusters/node.py": (
+                "from ..launch import events, planning\nfrom ..launch.planning import plan\n"
+                "from ..launch.worker import channel, detach\nfrom ..launch.worker.channel import x\n"
+            ),
+        },
+    )
+    assert _launch_used_beyond_its_face() == [
+        "notebook_launcher/clusters/node.py imports launch's detach (notebook_launcher.launch.worker)",
+        "notebook_launcher/clusters/node.py imports launch's planning (notebook_launcher.launch)",
+        "notebook_launcher/clusters/node.py imports launch's planning (notebook_launcher.launch.planning)",
+    ]
+    with pytest.raises(AssertionError):
+        test_the_rooms_beside_launch_use_only_what_it_offers()

@@ -111,6 +111,31 @@ def train():
 
 FAILING_CELL = "notebook_launch(train, num_processes=2)"
 
+PIPELINE_CELL = """
+from collections import OrderedDict
+import torch
+from torch import nn
+from notebook_launcher import Accelerator, ParallelismConfig, notebook_launch
+from notebook_launcher.utils import TorchPipelineParallelConfig
+
+def train():
+    pipeline = TorchPipelineParallelConfig("1f1b", n_microbatches=4, loss_fn=nn.functional.mse_loss)
+    accelerator = Accelerator(parallelism_config=ParallelismConfig(pp_size=2, pp_handler=pipeline))
+    torch.manual_seed(0)
+    blocks = [nn.Sequential(nn.Linear(64, 256), nn.Tanh(), nn.Linear(256, 64)) for _ in range(4)]
+    model = nn.Sequential(OrderedDict(layers=nn.Sequential(*blocks)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    model, opt = accelerator.prepare(model, opt)
+    x, y = torch.randn(64, 64), torch.randn(64, 64)
+    for step in range(20):
+        loss = model.step(x, target=y)
+        opt.step()
+        opt.zero_grad()
+    return loss.item()
+
+notebook_launch(train, num_processes=2, view=True)
+"""
+
 BLOCKING_CELL = """
 from notebook_launcher import notebook_launch
 notebook_launch(sleepy, num_processes=2, view=True)  # blocks: Stop must still reach the kernel
@@ -128,6 +153,7 @@ def notebook_dir(scratch):
         "panel.ipynb": [SETUP_CELL, LONG_CELL],
         "blocking.ipynb": [LIGHT_SETUP + SLEEPY, BLOCKING_CELL],
         "failing.ipynb": [FAILING_SETUP, FAILING_CELL],
+        "pipeline.ipynb": [LIGHT_SETUP, PIPELINE_CELL],
     }
     return jl.lab_root(scratch, {name: [code.strip() for code in cells] for name, cells in notebooks.items()})
 
@@ -240,6 +266,26 @@ def test_pick_settings_save_launch_and_watch_the_run(page, lab, notebook_dir):
     steps = view.locator(".nl-pane-steps")
     steps.wait_for(state="visible")
     assert steps.locator(".nl-steps-rank").count() == 2 and "ms/step" in steps.inner_text()
+
+
+@JUPYTERLAB_ONLY
+def test_the_pipeline_tab_draws_each_stage_s_measured_schedule(tab, lab):
+    """Issue 35: a pipeline run's view gets a "pipeline" tab: one lane per stage, a block per
+    micro-batch's forward and backward as measured, the bubble beside the ideal."""
+    jl.open_notebook(tab, lab, "pipeline.ipynb")
+    assert jl.run_all_cells(tab) is True, jl.error_outputs(tab)
+    view = tab.locator(".nl-run-view")
+    view.locator(".nl-status", has_text="done in").wait_for(timeout=RUN_TIMEOUT_MS)
+    view.locator(".lm-TabBar-tab", has_text="pipeline").click()
+    pane = view.locator(".nl-pane-pipeline")
+    pane.wait_for(state="visible")
+    assert pane.locator(".nl-pipeline-lane").count() == 2
+    assert pane.locator(".nl-pipeline-F").count() == 8 and pane.locator(".nl-pipeline-B").count() == 8
+    assert "(ideal 0.200)" in pane.inner_text() and "rank 1 · stage(s) [1]" in pane.inner_text()
+    box = pane.locator(".nl-pipeline-F").first.bounding_box()
+    assert box is not None and box["width"] > 0 and box["height"] > 0  # drawn, not only in the DOM
+    ARTIFACTS.mkdir(exist_ok=True)
+    view.screenshot(path=str(ARTIFACTS / "pipeline_tab.png"))
 
 
 def _stop_when_ticking(view, psutil, notebook_dir) -> None:

@@ -15,6 +15,9 @@ from notebook_launcher.cli.resolve import flag_overrides
 from notebook_launcher.cli.torchrun import build_plan, describe_failures, root_cause
 from notebook_launcher.config import LaunchConfig
 from notebook_launcher.config.parallelism import SECTION_KEYS
+from notebook_launcher.resolution import resolve_launch
+
+CPU_ONLY = SimpleNamespace(cuda_device_count=0, fp8_supported=False, bf16_supported=True)
 
 
 def test_every_flag_lands_on_a_real_config_field():
@@ -57,7 +60,9 @@ def test_flags_become_overrides_that_beat_the_file():
 def test_plan_for_c10d_names_the_host_and_gives_each_worker_its_threads():
     config = LaunchConfig(num_processes=4, num_machines=2, machine_rank=1, main_process_ip="10.0.0.1",
                           main_process_port=29555, rdzv_backend="c10d", distributed_type="MULTI_CPU")  # fmt: skip
-    plan = build_plan(config, ["script", "t.py", "--x"], threads=3)
+    plan = build_plan(
+        resolve_launch(config, "script", threads=3, hardware=CPU_ONLY), ["script", "t.py", "--x"]
+    )
     assert "--rdzv_endpoint=10.0.0.1:29555" in plan.torchrun_args
     assert "--rdzv_conf=is_host=false" in plan.torchrun_args and "--nproc_per_node=2" in plan.torchrun_args
     assert plan.torchrun_args[-5:] == [
@@ -80,10 +85,9 @@ def test_rdzv_backend_and_restarts_from_the_file_reach_torchrun(tmp_path):
         "rdzv_backend: c10d\nmax_restarts: 2\n"
     )
     args = launch_parser().parse_args(["--config_file", str(path), "s.py"])
-    cpu_only = SimpleNamespace(cuda_device_count=0, fp8_supported=False, bf16_supported=True)
-    config, source = resolve_launch_config(args, hardware=cpu_only)
-    assert source.path == path and config.distributed_type == "MULTI_CPU"
-    plan = build_plan(config, ["script", "s.py"])
+    request, source = resolve_launch_config(args, hardware=CPU_ONLY)
+    assert source.path == path and request.config.distributed_type == "MULTI_CPU"
+    plan = build_plan(request, ["script", "s.py"])
     assert "--rdzv_backend=c10d" in plan.torchrun_args and "--max_restarts=2" in plan.torchrun_args
     assert "--rdzv_conf=is_host=true" in plan.torchrun_args
     assert "--rdzv_endpoint=10.1.2.3:29511" in plan.torchrun_args
@@ -94,14 +98,14 @@ def test_one_machine_rendezvous_is_static_on_loopback_and_says_so():
     config = LaunchConfig(
         num_processes=2, main_process_ip="10.1.2.3", main_process_port=0, rdzv_backend="c10d"
     )
-    plan = build_plan(config, ["script", "s.py"])
+    plan = build_plan(resolve_launch(config, "script", hardware=CPU_ONLY), ["script", "s.py"])
     assert "--rdzv_backend=static" in plan.torchrun_args and "--master_addr=127.0.0.1" in plan.torchrun_args
     assert any("rdzv_backend=c10d is for several machines" in note for note in plan.notes)
 
 
 def test_plan_on_one_machine_turns_port_0_into_a_free_port():
     config = LaunchConfig(num_processes=2, main_process_ip="127.0.0.1", main_process_port=0)
-    plan = build_plan(config, ["script", "t.py"])
+    plan = build_plan(resolve_launch(config, "script", hardware=CPU_ONLY), ["script", "t.py"])
     port = plan.config.main_process_port
     assert port and port > 0 and f"--master_port={port}" in plan.torchrun_args
 

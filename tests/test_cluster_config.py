@@ -128,8 +128,8 @@ def test_the_cli_says_a_panel_saved_cluster_is_for_notebooks(tmp_path):
     )
     args = launch_parser().parse_args(["--config_file", str(path), "s.py"])
     cpu_only = SimpleNamespace(cuda_device_count=0, fp8_supported=False, bf16_supported=True)
-    config, source = resolve_launch_config(args, hardware=cpu_only)
-    assert config.num_processes == 2
+    request, source = resolve_launch_config(args, hardware=cpu_only)
+    assert request.config.num_processes == 2
     assert any("cluster_config (ray) is for notebook_launch" in note for note in source.notes)
 
 

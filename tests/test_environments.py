@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from notebook_launcher import LaunchConfig
-from notebook_launcher.cli.resolve import machines_from_slurm
 from notebook_launcher.errors import ClusterEnvironmentError, ConfigError
+from notebook_launcher.resolution.machines import machines_from_slurm
 from notebook_launcher.runtime.world.environments import World, detect_world
 from notebook_launcher.system.schedulers import (
     PORT_BASE,

@@ -22,8 +22,10 @@ from fake_cuda import describe, fake_cuda, fake_cuda_module
 from notebook_launcher import WorkerError, notebook_launch
 from notebook_launcher.config import LaunchConfig
 from notebook_launcher.errors import ConfigError
-from notebook_launcher.launch import planning
-from notebook_launcher.launch.worker.payload import pickle_target
+from notebook_launcher.launch.supervise.payload import pickle_target
+from notebook_launcher.resolution import resolve_launch
+from notebook_launcher.resolution.processes import check_gpu_ids, count_processes, single_process_rule
+from notebook_launcher.resolution.start_method import choose_start_method
 from notebook_launcher.system.hardware import GPUInfo, HardwareInfo, loaded_libcuda
 
 
@@ -97,7 +99,7 @@ DRIVER_C = "int cuDeviceGetCount(int *count) { *count = 1; return RESULT; }\n"
 PARENT = """
 import ctypes, sys
 from notebook_launcher.system import hardware
-from notebook_launcher.launch.planning import choose_start_method
+from notebook_launcher.resolution.start_method import choose_start_method
 before = hardware.cuda_driver_initialized()
 ctypes.CDLL(sys.argv[1])  # what cudaGetDeviceCount does first: load the driver
 print(before, hardware.cuda_driver_initialized(), choose_start_method("auto")[0])
@@ -125,10 +127,10 @@ def test_a_driver_hazard_is_a_clear_error_for_fork_and_the_warm_pool_for_auto(mo
     from notebook_launcher.system import hardware
 
     monkeypatch.setattr(hardware, "cuda_driver_initialized", lambda: True)
-    method, note = planning.choose_start_method("auto")
+    method, note = choose_start_method("auto")
     assert method == "forkserver" and "CUDA driver" in note and "PYTORCH_NVML_BASED_CUDA_CHECK" in note
     with pytest.raises(ConfigError, match="start_method='fork' cannot be used: this kernel has already"):
-        planning.choose_start_method("fork")
+        choose_start_method("fork")
 
 
 def make_accelerator():
@@ -179,14 +181,17 @@ def test_gpu_ids_set_the_default_number_of_processes(monkeypatch):
 
     monkeypatch.setattr(hardware, "detect", four_gpus)
     said = []
-    assert planning.count_processes(None, LaunchConfig(gpu_ids="0,2"), said.append) == 2
+    assert count_processes(None, LaunchConfig(gpu_ids="0,2"), "notebook", four_gpus, said.append) == 2
     assert "using 2 processes, one per GPUs 0,2" in said[0]
-    assert planning.count_processes(None, LaunchConfig(), said.append) == 4
-    assert planning.count_processes(None, LaunchConfig(gpu_ids="0,2", use_cpu=True), said.append) == 2  # CPU
+    assert count_processes(None, LaunchConfig(), "notebook", four_gpus, said.append) == 4
+    assert (
+        count_processes(None, LaunchConfig(gpu_ids="0,2", use_cpu=True), "notebook", four_gpus, said.append)
+        == 2
+    )
     with pytest.raises(ConfigError, match="names GPU 7, but this machine has 4"):
-        planning.check_gpu_ids(LaunchConfig(gpu_ids="0,7"))
+        check_gpu_ids(LaunchConfig(gpu_ids="0,7"), four_gpus)
     with pytest.raises(ConfigError, match="comma-separated GPU indices"):
-        planning.check_gpu_ids(LaunchConfig(gpu_ids="first"))
+        check_gpu_ids(LaunchConfig(gpu_ids="first"), four_gpus)
 
 
 # ------------------------------------------------- the user's choice of CPU on a GPU machine
@@ -211,33 +216,35 @@ def test_distributed_type_no_means_one_process():
     said = []
     config = LaunchConfig(distributed_type="NO", num_processes=1)
     with pytest.raises(ConfigError, match="distributed_type='NO' runs a single process"):
-        planning.respect_single_process(config, 2, processes_given=True, type_given=True, say=said.append)
+        single_process_rule(config, 2, processes_given="num_processes=2", type_given=True, say=said.append)
     with pytest.raises(ConfigError, match="distributed_type='NO' runs a single process"):
-        planning.respect_single_process(
+        single_process_rule(
             LaunchConfig(distributed_type="NO", num_processes=2),
             2,
-            processes_given=False,
+            processes_given=None,
             type_given=False,
             say=said.append,
         )
     # A config file's NO (written for one process) yields to num_processes given in the call, and says so.
-    replaced = planning.respect_single_process(
-        config, 2, processes_given=True, type_given=False, say=said.append
+    replaced = single_process_rule(
+        config, 2, processes_given="num_processes=2", type_given=False, say=said.append
     )
     assert replaced.distributed_type is None and "overrides the config's distributed_type NO" in said[0]
 
 
 def test_the_cli_keeps_multi_cpu_and_refuses_no_with_several_processes():
-    from notebook_launcher.cli.resolve import fill_detected
-
     gpus = four_gpus()
+
+    def fill_detected(config, hardware):
+        return resolve_launch(config, "script", hardware=hardware).config
+
     assert (
         fill_detected(LaunchConfig(distributed_type="MULTI_CPU", num_processes=2), gpus).distributed_type
         == "MULTI_CPU"
     )
     assert fill_detected(LaunchConfig(use_cpu=True, num_processes=2), gpus).distributed_type == "MULTI_CPU"
     assert fill_detected(LaunchConfig(num_processes=2), gpus).distributed_type == "MULTI_GPU"
-    with pytest.raises(ConfigError, match="distributed_type=NO runs a single process"):
+    with pytest.raises(ConfigError, match="distributed_type='NO' runs a single process"):
         fill_detected(LaunchConfig(distributed_type="NO", num_processes=2), gpus)
 
 
@@ -248,11 +255,11 @@ def test_the_cli_lets_num_processes_beat_a_config_files_no(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("num_processes: 1\ndistributed_type: 'NO'\nuse_cpu: true\n")  # as `config default` writes
     args = launch_parser().parse_args(["--config_file", str(path), "--num_processes", "2", "s.py"])
-    config, source = resolve_launch_config(args, hardware=four_gpus())
-    assert (config.num_processes, config.distributed_type) == (2, "MULTI_CPU")
-    assert any("--num_processes 2 overrides the config file's distributed_type NO" in n for n in source.notes)
+    request, source = resolve_launch_config(args, hardware=four_gpus())
+    assert (request.config.num_processes, request.config.distributed_type) == (2, "MULTI_CPU")
+    assert any("--num_processes 2 overrides the config's distributed_type NO" in n for n in source.notes)
     path.write_text("num_processes: 2\ndistributed_type: 'NO'\n")  # one file contradicting itself
-    with pytest.raises(ConfigError, match="distributed_type=NO runs a single process"):
+    with pytest.raises(ConfigError, match="distributed_type='NO' runs a single process"):
         resolve_launch_config(
             launch_parser().parse_args(["--config_file", str(path), "s.py"]), hardware=four_gpus()
         )

@@ -13,8 +13,8 @@ import torch.distributed as dist
 
 from notebook_launcher import LaunchConfig, notebook_launch, start_launch
 from notebook_launcher.launch.events import HangReported, OutputLine
-from notebook_launcher.launch.faults.hang_report import BUSY, MISMATCH, MISSING, RENDEZVOUS
 from notebook_launcher.launch.result import LaunchTimeout
+from notebook_launcher.launch.supervise.hang_report import BUSY, MISMATCH, MISSING, RENDEZVOUS
 
 STALL = 1.0  # seconds without progress before a report; each injected hang lasts a few times this
 MARK = "injecting the hang"
@@ -278,7 +278,7 @@ def _stack(*frames: tuple[str, int, str]) -> str:
 
 
 def test_the_verdict_falls_back_on_the_stack_for_ddps_uncounted_collectives():
-    from notebook_launcher.launch.faults.hang_report import RankState, judge, user_frames_first
+    from notebook_launcher.launch.supervise.hang_report import RankState, judge, user_frames_first
     from notebook_launcher.records.activity import IDLE, Activity
 
     torch_file = "/venv/lib/python3.11/site-packages/torch/autograd/graph.py"
@@ -300,7 +300,7 @@ def test_the_verdict_falls_back_on_the_stack_for_ddps_uncounted_collectives():
 def test_one_report_per_stall_and_again_after_progress_resumed():
     from types import SimpleNamespace
 
-    from notebook_launcher.launch.faults.stall import HangWatch
+    from notebook_launcher.launch.supervise.stall import HangWatch
 
     watch = HangWatch(0.05)
     workers = [SimpleNamespace(rank=0, started=True, exited=False)]

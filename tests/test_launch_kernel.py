@@ -6,6 +6,7 @@ import nbformat
 import psutil
 import pytest
 from nbclient import NotebookClient
+from test_launch_kernel_errors import DEFINE as FAILING  # the same failing function as there
 
 pytestmark = pytest.mark.slow
 
@@ -127,18 +128,8 @@ def test_interrupting_the_kernel_stops_workers_and_next_launch_works(kernel):
 
 def test_a_failing_rank_raises_in_the_cell_with_its_traceback(kernel):
     kernel.run(DEFINE)
-    code = textwrap.dedent(
-        """
-        import torch.distributed as dist
-        def broken():
-            acc = Accelerator()
-            if acc.process_index == 1:
-                raise RuntimeError("bad batch on rank one")
-            dist.barrier()
-        notebook_launch(broken, num_processes=2)
-        """
-    )
-    run = kernel.run(code, timeout=60)
+    kernel.run(FAILING)  # broken(): rank 1 raises, rank 0 waits in a barrier
+    run = kernel.run("notebook_launch(broken, num_processes=2)", timeout=60)
     assert run.error["ename"] == "WorkerError"
     assert "rank 1 raised RuntimeError: bad batch on rank one" in run.error["evalue"]
     assert 'raise RuntimeError("bad batch on rank one")' in run.error["evalue"]

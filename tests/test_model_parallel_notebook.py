@@ -1,6 +1,8 @@
-"""notebooks/10_model_parallel_on_a_laptop.ipynb runs top to bottom in a real kernel (nbclient) and
-shows what a reader must see: the split q_proj on every rank, and TP = 2 and FSDP2 x TP losses equal
-to one process's (the notebook asserts them to 1e-5 itself)."""
+"""The model-parallel notebooks run top to bottom in a real kernel (nbclient) and show what a reader
+must see. 10_model_parallel_on_a_laptop.ipynb: the split q_proj on every rank, and TP = 2 and
+FSDP2 x TP losses equal to one process's (the notebook asserts them to 1e-5 itself).
+11_pipeline_on_a_laptop.ipynb: which blocks each stage holds, and PP = 2, interleaved and PP x FSDP2
+losses equal to one process's (the notebook asserts them to 1e-6 itself)."""
 
 from __future__ import annotations
 
@@ -10,19 +12,19 @@ import pytest
 
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
-pytest.importorskip("transformers")
 
-from test_notebooks import all_text, assert_stored_clean, execute  # noqa: E402
+from test_notebooks import stored_notebook_text  # noqa: E402
 
-NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "10_model_parallel_on_a_laptop.ipynb"
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOK = NOTEBOOKS / "10_model_parallel_on_a_laptop.ipynb"
+PIPELINE_NOTEBOOK = NOTEBOOKS / "11_pipeline_on_a_laptop.ipynb"
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(360)
 def test_model_parallel_notebook(tmp_path):
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    assert_stored_clean(nb, NOTEBOOK.name)
-    text = all_text(execute(nb, tmp_path))
+    pytest.importorskip("transformers")
+    text = stored_notebook_text(NOTEBOOK, tmp_path)
     for rank in range(2):
         assert (
             f"[rank{rank}] mesh ('tp',): tp rank {rank}, shard rank 0, q_proj holds (16, 32) of (32, 32)"
@@ -34,3 +36,25 @@ def test_model_parallel_notebook(tmp_path):
     starts = ("TP=2 losses", "FSDP2xTP losses", "one process")
     losses = [line.split("[", 1)[1] for line in text.splitlines() if line.startswith(starts)]
     assert len(losses) == 4 and len(set(losses)) == 1, text[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(360)
+def test_pipeline_notebook(tmp_path):
+    text = stored_notebook_text(PIPELINE_NOTEBOOK, tmp_path)
+    assert "[rank0] mesh ('pp',): stage(s) [0] hold ['embed', 'layers.0', 'layers.1']" in text
+    assert "[rank1] mesh ('pp',): stage(s) [1] hold ['head', 'layers.2', 'layers.3']" in text
+    assert "[rank0] mesh ('pp',): stage(s) [0, 2] hold ['embed', 'layers.0', 'layers.2']" in text
+    assert "[rank3] mesh ('pp', 'dp_shard'): stage(s) [1] hold ['head', 'layers.2', 'layers.3']" in text
+    two = [
+        line.split("[", 1)[1]
+        for line in text.splitlines()
+        if line.startswith(("PP=2", "interleaved", "one process  "))
+    ]
+    assert len(two) == 4 and len(set(two)) == 1, text[-2000:]
+    four = [
+        line.split("[", 1)[1]
+        for line in text.splitlines()
+        if line.startswith(("PPxFSDP2", "one process (16)"))
+    ]
+    assert len(four) == 2 and len(set(four)) == 1, text[-2000:]

@@ -12,7 +12,7 @@ import pytest
 from test_cli_helpers import free_port
 
 from notebook_launcher.errors import NetworkError
-from notebook_launcher.launch.planning import machine_network
+from notebook_launcher.resolution import resolve_launch
 from notebook_launcher.system.network import (
     SOCKET_IFNAME_VARS,
     interface_addresses,
@@ -72,7 +72,7 @@ def test_a_loopback_main_address_with_a_known_peer_routes_to_the_peer():
 def test_choosing_leaves_this_process_environment_alone():
     before = dict(os.environ)
     socket_interface_env("127.0.0.1", 29500)
-    machine_network(_two_machine_config(), say=lambda _line: None)
+    resolve_launch(_two_machine_config(), "notebook", num_processes=1)
     assert dict(os.environ) == before
 
 
@@ -87,11 +87,12 @@ def test_a_single_machine_launch_keeps_gloo_on_loopback_without_a_word(monkeypat
 
     for name in SOCKET_IFNAME_VARS:
         monkeypatch.delenv(name, raising=False)
-    lines = []
-    env, _check = machine_network(LaunchConfig(), say=lines.append)
-    assert env == {"GLOO_SOCKET_IFNAME": _loopback_name(), "TP_SOCKET_IFNAME": _loopback_name()}
-    assert lines == []
-    assert workers_interface_env(1, None, None) == (env, None)  # what the CLI asks (cli/torchrun.py)
+    for entry in ("notebook", "script"):  # notebook_launch and the CLI: the same variables, no line
+        request = resolve_launch(LaunchConfig(), entry, num_processes=2)
+        env = request.network_env
+        assert env == {"GLOO_SOCKET_IFNAME": _loopback_name(), "TP_SOCKET_IFNAME": _loopback_name()}
+        assert not any("interface" in note for note in request.notes)
+    assert workers_interface_env(1, None, None) == (env, None)
 
 
 def test_on_one_machine_the_users_interface_wins():

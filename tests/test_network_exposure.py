@@ -12,8 +12,8 @@ import torch  # noqa: F401 - imported before two launches start in threads (a co
 from test_cli_helpers import cli_env, explain, free_port, run_cli, two_machines_here
 
 from notebook_launcher import notebook_launch
-from notebook_launcher.system.network import LOOPBACK
-from notebook_launcher.system.store import ALL_INTERFACES, store_bind_address
+from notebook_launcher.records.names import ALL_INTERFACES, LOOPBACK
+from notebook_launcher.system.store import store_bind_address
 
 
 def store_listeners():

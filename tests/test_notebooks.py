@@ -88,6 +88,13 @@ def assert_stored_clean(nb, name: str) -> None:
     assert not dirty, f"{name}: outputs not stripped in cells {dirty}"
 
 
+def stored_notebook_text(path: Path, workdir: Path) -> str:
+    """The notebook at `path`, stored without outputs, run top to bottom in a real kernel: its text."""
+    nb = nbformat.read(path, as_version=4)
+    assert_stored_clean(nb, path.name)
+    return all_text(execute(nb, workdir))
+
+
 # --------------------------------------------------------------------------- 01 quickstart
 def check_quickstart(nb) -> None:
     got = facts(nb)
@@ -279,6 +286,7 @@ COVERED_ELSEWHERE = {
     "06_config_panel.ipynb": "test_widgets_notebook.py",
     "08_clusters.ipynb": "test_cluster_notebook.py",
     "10_model_parallel_on_a_laptop.ipynb": "test_model_parallel_notebook.py",
+    "11_pipeline_on_a_laptop.ipynb": "test_model_parallel_notebook.py",
 }
 
 

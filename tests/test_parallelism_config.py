@@ -82,7 +82,14 @@ def test_data_ranks_and_the_grid():
     pc = ParallelismConfig(dp_shard_size=2, tp_size=2)
     assert [data_rank_and_size(pc, r, 4) for r in range(4)] == [(0, 2), (0, 2), (1, 2), (1, 2)]
     assert data_leaders(pc, 4) == [0, 2]
-    assert mesh_coordinates(pc, 4)[3] == {"rank": 3, "dp_replicate": 0, "dp_shard": 1, "cp": 0, "tp": 1}
+    assert mesh_coordinates(pc, 4)[3] == {
+        "rank": 3,
+        "pp": 0,
+        "dp_replicate": 0,
+        "dp_shard": 1,
+        "cp": 0,
+        "tp": 1,
+    }
 
 
 def test_plans_are_checked_against_the_model():

@@ -17,7 +17,7 @@ import textwrap
 import pytest
 
 from notebook_launcher import notebook_launch
-from notebook_launcher.system.private_files import RUN_DIR_ENV
+from notebook_launcher.records.names import RUN_DIR_ENV
 
 TIMEOUT = 240
 DS_CONFIG = {"zero_optimization": {"stage": 2}, "gradient_clipping": 0.0}

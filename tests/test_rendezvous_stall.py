@@ -1,5 +1,5 @@
 """A process group that never forms on one machine: the launcher starts the ranks once more instead
-of hanging the cell for the collective timeout (launch/faults/rendezvous_watch.py).
+of hanging the cell for the collective timeout (launch/supervise/rendezvous_watch.py).
 
 The stall is real: rank 1's gloo process group constructor never returns, so rank 0 waits in gloo's
 own full-mesh connect for a peer that never comes, as both ranks did in the stall seen on a busy
@@ -16,13 +16,13 @@ import pytest
 
 from notebook_launcher import notebook_launch
 from notebook_launcher.errors import ConfigError
-from notebook_launcher.launch.faults.rendezvous_watch import (
+from notebook_launcher.launch.result import RendezvousStalled
+from notebook_launcher.launch.supervise.rendezvous_watch import (
     ENV,
     RendezvousWatch,
     all_waiting_since,
     stall_seconds,
 )
-from notebook_launcher.launch.result import RendezvousStalled
 from notebook_launcher.records.activity import IDLE, RENDEZVOUS, Activity
 
 STALL = 3.0  # seconds every rank waits together before the launcher gives up on that start

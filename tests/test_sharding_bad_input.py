@@ -10,7 +10,7 @@ import torch
 from sharding_trainers import train_transformer, transformer_model
 
 from notebook_launcher import ConfigError, LaunchConfig, WorkerError, notebook_launch
-from notebook_launcher.config import CONFIG_ENV
+from notebook_launcher.records.names import CONFIG_ENV
 from notebook_launcher.runtime.world.state import reset_state
 
 TIMEOUT = 120

@@ -129,6 +129,12 @@ def test_stop_cancels_the_job(where, tmp_path):
 def test_a_timeout_shows_where_each_rank_was(where, tmp_path):
     # SLURM's own signals are blocked in the workers (the node task passes them on): the stack-dump
     # request must not be one of them, or every rank's stack would come back empty.
+    # The timeout must fall after the ranks are in run_forever: on 2 loaded cores a job's ranks took
+    # more than 10 s to get there, so it is set from a floor measured here, the time this cluster
+    # takes from the call to every rank running a function (the job's queue time included).
+    started = time.monotonic()
+    notebook_launch(_rank_is_running, num_processes=2, cluster=where, quiet=True)
+    floor = time.monotonic() - started
     with pytest.raises(LaunchTimeout) as caught:
         notebook_launch(
             run_forever,
@@ -136,12 +142,18 @@ def test_a_timeout_shows_where_each_rank_was(where, tmp_path):
             num_processes=2,
             cluster=where,
             quiet=True,
-            timeout=10,
+            timeout=10 + 2 * floor,
         )
     stacks = caught.value.stacks
     assert sorted(stacks) == [0, 1], stacks
     assert all("run_forever" in stacks[rank] for rank in (0, 1)), stacks
     assert alive(recorded_pids(str(tmp_path))) == set()
+
+
+def _rank_is_running():
+    from notebook_launcher import Accelerator
+
+    return Accelerator().process_index
 
 
 def test_a_setup_line_that_fails_is_reported(slurm, tmp_path):

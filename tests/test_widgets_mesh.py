@@ -47,3 +47,31 @@ def test_run_view_draws_the_mesh_as_a_grid():
         )
     )
     assert plain.mesh_grid.layout.display == "none"
+
+
+def test_pipeline_stages_in_the_mesh_section():
+    """Issue 35: pp_size is part of the product; the grid names each row's stage."""
+    panel = ConfigPanel(config={}, hardware=CPU_ONLY)
+    panel.processes.widget.value = 4
+    panel.mesh.sizes["pp_size"].widget.value = 2
+    key = "parallelism_config.parallelism_config_tp_size"
+    assert "stages 2 × replicas 1 × shards 1 × tensor parallel 1 = 2, but processes = 4" in panel.errors[key]
+    panel.mesh.sizes["dp_shard_size"].widget.value = 2
+    assert not panel.errors
+    assert panel.config.parallelism_config["parallelism_config_pp_size"] == 2
+    grid = panel.mesh.grid.value
+    panel.mesh.schedule.widget.value = "interleaved_1f1b"
+    panel.mesh.microbatches.widget.value = 3
+    key = "parallelism_config.parallelism_config_pp_n_microbatches"
+    assert "n_microbatches=3 must be a multiple of pp_size=2" in panel.errors[key]
+    panel.mesh.microbatches.widget.value = 4
+    assert not panel.errors
+    section = panel.config.parallelism_config
+    assert section["parallelism_config_pp_schedule"] == "interleaved_1f1b"
+    assert section["parallelism_config_pp_n_microbatches"] == 4
+    again = ConfigPanel(config=panel.config, hardware=CPU_ONLY)
+    assert (
+        again.mesh.schedule.widget.value == "interleaved_1f1b" and again.mesh.microbatches.widget.value == 4
+    )
+    assert grid.index("stage 0 · replica 0 · shard 0") < grid.index("stage 1 · replica 0 · shard 1")
+    assert grid.index("stage 1 · replica 0 · shard 0") < grid.index("rank 2") < grid.index("rank 3")

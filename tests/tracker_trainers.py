@@ -70,6 +70,25 @@ class EveryRankTracker(RecordingTracker):
         self._record("every_rank_log", step=step)
 
 
+def open_trackers(
+    acc: Accelerator,
+    folder: str,
+    config: dict,
+    resume: bool,
+    load_before_init: bool,
+    init_kwargs: dict | None = None,
+) -> str:
+    """init_trackers("proj"); with `resume`, the checkpoint in `folder` loaded after it (as
+    Accelerate's examples do), or before it with `load_before_init`. Returns the checkpoint's path."""
+    checkpoint = os.path.join(folder, "ckpt")
+    if resume and load_before_init:
+        acc.load_state(checkpoint)
+    acc.init_trackers("proj", config=config, init_kwargs=init_kwargs)
+    if resume and not load_before_init:
+        acc.load_state(checkpoint)
+    return checkpoint
+
+
 def train_and_track(
     folder: str,
     log_with: list,
@@ -86,12 +105,7 @@ def train_and_track(
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     loader = DataLoader(regression_data(), batch_size=8)
     model, opt, loader = acc.prepare(model, opt, loader)
-    checkpoint = os.path.join(folder, "ckpt")
-    if resume and load_before_init:
-        acc.load_state(checkpoint)
-    acc.init_trackers("proj", config={"lr": 0.05, "batch_size": 8})
-    if resume and not load_before_init:
-        acc.load_state(checkpoint)
+    checkpoint = open_trackers(acc, folder, {"lr": 0.05, "batch_size": 8}, resume, load_before_init)
     batches = iter(loader)
     losses = []
     for step in steps:
@@ -124,12 +138,7 @@ def log_to(
     `crash_after`, the checkpoint is taken at that step and later steps are what a crash loses
     (logged as 100 + 1/(step+1), so they show if they survive)."""
     acc = Accelerator(log_with=log_with, project_dir=folder)
-    checkpoint = os.path.join(folder, "ckpt")
-    if resume and load_before_init:
-        acc.load_state(checkpoint)
-    acc.init_trackers("proj", config={"lr": 0.05}, init_kwargs=init_kwargs or {})
-    if resume and not load_before_init:
-        acc.load_state(checkpoint)
+    checkpoint = open_trackers(acc, folder, {"lr": 0.05}, resume, load_before_init, init_kwargs)
     runs = {}
     for step in steps:
         lost = crash_after is not None and step > crash_after

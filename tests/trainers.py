@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import torch
+from cluster_trainers import SavedCount
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
@@ -22,6 +26,19 @@ def nudge_weights(parameters, step: int) -> None:
             up = torch.rand(local.shape, generator=generator) < 0.5
             away = torch.full_like(local, float("inf"))
             local.copy_(torch.nextafter(local, torch.where(up, away, -away)))
+
+
+def mse_steps(acc: Accelerator, model, optimizer, batches) -> list[float]:
+    """One step per (x, y) batch: MSE loss, backward through the Accelerator, optimizer step; the
+    loss of each step."""
+    losses = []
+    for x, y in batches:
+        loss = nn.functional.mse_loss(model(x), y)
+        acc.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
 
 
 def regression_data(n: int = 128, features: int = 10) -> TensorDataset:
@@ -110,15 +127,28 @@ def gather_eval_indices(n: int, batch_size: int = 32) -> list[int]:
     return torch.cat(seen).flatten().long().tolist()
 
 
-class EpochCounter:
-    def __init__(self) -> None:
-        self.epoch = 0
+class StopAndResume:
+    """The epochs of a training that stops after the step `stop_after` = (epoch, step), its state
+    saved to `folder`, or (`resume`) goes on from the state saved there: the epoch is saved with it."""
 
-    def state_dict(self) -> dict:
-        return {"epoch": self.epoch}
+    def __init__(self, acc: Accelerator, folder: str, stop_after: tuple[int, int] | None, resume: bool):
+        self.acc, self.folder, self.stop_after = acc, folder, stop_after
+        self.epoch = SavedCount("epoch")
+        acc.register_for_checkpointing(self.epoch)
+        if resume:
+            acc.load_state(folder)
+        self.stopped = False
 
-    def load_state_dict(self, state: dict) -> None:
-        self.epoch = state["epoch"]
+    def steps(self, loader, epochs: int) -> Iterator[tuple[int, int, Any]]:
+        """(epoch, step, batch) until `epochs` epochs are done, or up to the stop (then `stopped`)."""
+        while self.epoch.value < epochs:
+            for step, batch in enumerate(loader):
+                yield self.epoch.value, step, batch
+                if (self.epoch.value, step) == self.stop_after:
+                    self.acc.save_state(self.folder)
+                    self.stopped = True
+                    return
+            self.epoch.value += 1
 
 
 def train_with_checkpoint(folder: str, stop_after: tuple[int, int] | None, resume: bool) -> dict:
@@ -130,21 +160,15 @@ def train_with_checkpoint(folder: str, stop_after: tuple[int, int] | None, resum
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.8)
     loader = DataLoader(regression_data(), batch_size=8, shuffle=True)
     model, opt, loader, sched = acc.prepare(model, opt, loader, sched)
-    counter = EpochCounter()
-    acc.register_for_checkpointing(counter)
-    if resume:
-        acc.load_state(folder)
-    while counter.epoch < 3:
-        for step, (x, y) in enumerate(loader):
-            opt.zero_grad()
-            acc.backward(nn.functional.mse_loss(model(x), y))
-            opt.step()
-            sched.step()
-            if stop_after is not None and (counter.epoch, step) == stop_after:
-                acc.save_state(folder)
-                acc.end_training()
-                return {"stopped": True}
-        counter.epoch += 1
+    run = StopAndResume(acc, folder, stop_after, resume)
+    for _, _, (x, y) in run.steps(loader, epochs=3):
+        opt.zero_grad()
+        acc.backward(nn.functional.mse_loss(model(x), y))
+        opt.step()
+        sched.step()
+    if run.stopped:
+        acc.end_training()
+        return {"stopped": True}
     state = {k: v.detach().cpu().clone() for k, v in acc.unwrap_model(model).state_dict().items()}
     acc.end_training()
     return state

@@ -29,9 +29,10 @@ import threading
 import time
 import traceback
 
+from ..records.names import LAUNCHER_PID_ENV
+
 USAGE = "usage: python -m notebook_launcher.cli.bootstrap {script,module} TARGET [ARGS...]"
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
-LAUNCHER_PID_ENV = "NOTEBOOK_LAUNCHER_LAUNCHER_PID"  # set by cli/torchrun.py: the process running torchrun
 _PR_SET_PDEATHSIG = 1
 _OWN_FILES = {os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>"}
 

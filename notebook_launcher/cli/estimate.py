@@ -73,6 +73,10 @@ def estimate_parser(prog: str) -> Parser:
         "--dp_shard_size", "--dp-shard-size", type=count(1), default=1, metavar="N",
         help="with --tp_size: FSDP2 over N ranks on top of the split layers (processes = tp x dp_shard)",
     )  # fmt: skip
+    parser.add_argument(
+        "--pp_size", "--pp-size", type=count(1), default=1, metavar="N",
+        help="also a row for a pipeline over N stages (an nn.Sequential cut evenly by parameter count)",
+    )  # fmt: skip
     parser.add_argument("--offload", default="no", help="no, yes, or both (rows without and with)")
     return parser
 
@@ -99,6 +103,7 @@ def estimate_command(argv: list[str], prog: str) -> int:
         num_machines=args.num_machines,
         tp_size=args.tp_size,
         dp_shard_size=args.dp_shard_size,
+        pp_size=args.pp_size,
     )
     print(table)
     return 0

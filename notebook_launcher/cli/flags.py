@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config.launch_config import MIXED_PRECISIONS, RDZV_BACKENDS
+from ..config.pipeline import SCHEDULES
 from ..config.sections import (
     DYNAMO_BACKENDS,
     DYNAMO_MODES,
@@ -217,7 +218,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("machine_rank", "Rank of this machine, 0 to num_machines-1.", "machine_rank", count(0)),
     Flag("main_process_ip", "Address of machine 0 (needed with several machines).", "main_process_ip",
          metavar="IP"),
-    Flag("main_process_port", "Port on machine 0 (default 29500; 0, or busy on one machine: a free port).",
+    Flag("main_process_port", "Port on machine 0 (several machines: default 29500; one machine: unset, 0 or busy = a free port).",
          "main_process_port", port),
     Flag("cpu", "Run on CPU even if GPUs are present.", "use_cpu", switch=True),
     Flag("multi_gpu", "Data parallel over GPUs (distributed_type MULTI_GPU).", switch=True),
@@ -252,6 +253,13 @@ FLAGS: tuple[Flag, ...] = (
     _mesh("cp_size", "Ranks each sequence is split over (context parallel: CUDA with SDPA only)."),
     Flag("parallelism_config_cp_backend", "Context-parallel backend.", "parallelism_config.parallelism_config_cp_backend",
          choice(("torch",)), group=_MESH),
+    _mesh("pp_size", "Pipeline stages over ranks (ours; model.step runs the schedule)."),
+    Flag("parallelism_config_pp_schedule", "Pipeline schedule.", "parallelism_config.parallelism_config_pp_schedule",
+         choice(tuple(SCHEDULES)), group=_MESH),
+    _mesh("pp_n_microbatches", "Micro-batches each batch is cut into (default: the stages)."),
+    _mesh("pp_virtual_stages", "Stages per rank (interleaved, looped and zero-bubble schedules)."),
+    Flag("parallelism_config_pp_split_points", "Blocks where a stage begins, e.g. layers.4[,layers.8].",
+         "parallelism_config.parallelism_config_pp_split_points", str, metavar="NAMES", group=_MESH),
     Flag("use_deepspeed", "Train with DeepSpeed (distributed_type DEEPSPEED).", switch=True, group=_DS),
     Flag("deepspeed", "A DeepSpeed JSON config file (implies --use_deepspeed).",
          "deepspeed_config.deepspeed_config_file", metavar="FILE", group=_DS,

@@ -29,8 +29,8 @@ from datetime import timedelta
 from typing import Any, cast
 
 from ..config import LaunchConfig
-from ..system.network import LOOPBACK
-from ..system.store import ALL_INTERFACES, store_bind_address
+from ..records.names import ALL_INTERFACES, LOOPBACK
+from ..system.store import store_bind_address
 
 GONE_AFTER_SECONDS = 15.0
 BEAT_SECONDS = 1.0

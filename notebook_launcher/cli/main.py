@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import NotebookLauncherError, closest
+from ..records.names import DEFAULT_PORT
 from .flags import Parser, UsageError, launch_parser
 
 if TYPE_CHECKING:
@@ -148,11 +149,10 @@ def prepare_launch(args: object, target: list[str]) -> RunPlan:
     from .resolve import resolve_launch_config
     from .torchrun import build_plan, describe_plan
 
-    config, source = resolve_launch_config(args)  # type: ignore[arg-type]
+    request, source = resolve_launch_config(args)  # type: ignore[arg-type]
     plan = build_plan(
-        config,
+        request,
         target,
-        threads=args.num_cpu_threads_per_process,  # type: ignore[attr-defined]
         tee=args.tee,  # type: ignore[attr-defined]
         log_dir=args.log_dir,  # type: ignore[attr-defined]
         rank_prefix=args.rank_prefix is not False,  # type: ignore[attr-defined]
@@ -244,11 +244,16 @@ def _show(config_file: str | None) -> int:
 
     from ..config import to_file_dict
     from ..system.hardware import detect
-    from .resolve import fill_detected, read_config_file
+    from .resolve import read_config_file, shown_config
 
     config, source = read_config_file(config_file)
-    resolved = fill_detected(config, detect())
+    resolved = shown_config(config, detect())
     print(f"# {source.describe()}; values not in it are detected on this machine")
+    if resolved.main_process_port is None:
+        print(
+            f"# main_process_port unset: any free port on one machine, {DEFAULT_PORT} over several "
+            "(chosen when a launch starts)"
+        )
     print(yaml.safe_dump(to_file_dict(resolved), sort_keys=False), end="")
     return 0
 

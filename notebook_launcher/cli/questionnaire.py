@@ -20,7 +20,7 @@ from ..config.sections import (
     FSDP_WRAP_POLICIES,
     OFFLOAD_DEVICES,
 )
-from ..system.network import DEFAULT_PORT
+from ..records.names import DEFAULT_PORT
 from .flags import UsageError, boolean, choice, count, gpu_ids, layer_classes, port, positive_float
 
 _REQUIRED = object()

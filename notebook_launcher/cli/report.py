@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from ..errors import NotebookLauncherError
+from ..records.names import CONFIG_FILE_ENV
 
 PACKAGES = (
     "notebook_launcher",
@@ -25,7 +26,7 @@ PACKAGES = (
     "torchao",
 )
 ENV_VARS = (
-    "NOTEBOOK_LAUNCHER_CONFIG_FILE",
+    CONFIG_FILE_ENV,
     "XDG_CONFIG_HOME",
     "OMP_NUM_THREADS",
     "CUDA_VISIBLE_DEVICES",

@@ -23,20 +23,23 @@ from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from ..config import LaunchConfig, config_to_env, patched_environ, to_file_dict
-from ..config.env import GRACEFUL_PREEMPTION_ENV
 from ..errors import ConfigError, NetworkError
-from ..estimate.performance import REPORT_ENV, PerformanceReport
+from ..estimate.performance import PerformanceReport
+from ..records.names import (
+    ALL_INTERFACES,
+    CONFIG_ENV,
+    GRACEFUL_PREEMPTION_ENV,
+    LAUNCHER_PID_ENV,
+    REPORT_ENV,
+    RUN_DIR_ENV,
+)
+from ..resolution import LaunchRequest
 from ..system.network import (
     LOOPBACK,
-    busy_port_note,
-    free_port,
-    rendezvous_port,
     wait_for_main,
-    workers_interface_env,
 )
-from ..system.private_files import RUN_DIR_ENV, make_private_dir
-from ..system.store import ALL_INTERFACES, file_rendezvous_env, host_store, store_bind_address
-from .bootstrap import LAUNCHER_PID_ENV
+from ..system.private_files import make_private_dir
+from ..system.store import host_store
 from .machines import MachinesMissing, bounded_exit_installed
 
 BOOTSTRAP = "notebook_launcher.cli.bootstrap"
@@ -68,47 +71,39 @@ class RunPlan:
     wait_for_main: bool = False  # a machine other than 0: check the main machine's port first
     log_dir: str | None = None  # the user's --log_dir; None: a temporary one, removed after the run
     report_performance: bool = False  # --report_performance: the step breakdown and verdict at the end
+    store_bind: str = LOOPBACK  # where machine 0's store listens (resolution/)
+    rendezvous_env: dict[str, str] = field(default_factory=dict)  # one machine: the ranks meet in a file
 
     @property
     def local_processes(self) -> int:
-        return int(cast(int, self.config.num_processes)) // self.config.num_machines  # set by resolve.py
-
-
-def choose_port(config: LaunchConfig, notes: list[str]) -> int:
-    """The rendezvous port by the one rule (system/network.rendezvous_port); torchrun needs a
-    number, so "any free port" becomes one here."""
-    port, note = rendezvous_port(config.main_process_port, config.num_machines, config.machine_rank)
-    if port == 0:
-        port = free_port()
-        if note:
-            notes.append(busy_port_note(cast(int, config.main_process_port), port))
-    return port
+        return int(cast(int, self.config.num_processes)) // self.config.num_machines  # set by resolution/
 
 
 def build_plan(
-    config: LaunchConfig,
+    request: LaunchRequest,
     target: list[str],
     *,
-    threads: int | None = None,
     tee: str | None = None,
     log_dir: str | None = None,
     rank_prefix: bool = True,
     report_performance: bool = False,
 ) -> RunPlan:
-    """Choose the port and thread count, and write torchrun's arguments and the workers' env.
+    """torchrun's arguments and the workers' env for a resolved launch (resolution/: port, threads,
+    devices are the request's).
 
     Every line a worker prints is prefixed with its rank (`[rank1] ...`, as in notebook_launch):
     torchrun's --tee copies each worker's output to the console with the prefix template. On one
     machine the rendezvous is static and on loopback (see _rendezvous_args).
     """
     notes: list[str] = []
-    config = config.replace(main_process_port=choose_port(config, notes))
-    local = int(cast(int, config.num_processes)) // config.num_machines  # set by resolve.py
-    args = [f"--nnodes={config.num_machines}", f"--nproc_per_node={local}", *_rendezvous_args(config, notes)]
+    config = request.config
+    args = [
+        f"--nnodes={config.num_machines}",
+        f"--nproc_per_node={request.local_processes}",
+        *_rendezvous_args(config, notes),
+    ]
     args += [f"--max_restarts={config.max_restarts}", f"--monitor_interval={config.monitor_interval}"]
-    from ..system.hardware import ranks_run_on_cpu, threads_per_rank
-
-    env = dict(config_to_env(config, cpu_world=ranks_run_on_cpu(config.runs_on_cpu)))
+    env = dict(config_to_env(config, cpu_world=request.cpu_world))
     if rank_prefix and tee is None:
         tee = "3"
     if rank_prefix and tee not in (None, "0"):
@@ -120,20 +115,15 @@ def build_plan(
     args += ["--module", BOOTSTRAP, *target]
 
     env[GRACEFUL_PREEMPTION_ENV] = "1"
-    threads_value = threads_per_rank(local, threads)
-    if threads_value is not None:
-        env["OMP_NUM_THREADS"] = str(threads_value)
+    if request.threads_per_rank is not None:
+        env["OMP_NUM_THREADS"] = str(request.threads_per_rank)
     if config.debug:
         env["ACCELERATE_DEBUG_MODE"] = "true"  # Accelerate's debug: collectives check shapes across ranks
     if config.debug and not os.environ.get("TORCH_DISTRIBUTED_DEBUG"):
         env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"  # a level the user set themselves wins
-    if config.gpu_ids and config.gpu_ids != "all" and not config.use_cpu:
-        env["CUDA_VISIBLE_DEVICES"] = config.gpu_ids
-    network_env, note = workers_interface_env(
-        config.num_machines, config.main_process_ip, config.main_process_port
-    )
-    env.update(network_env)  # one machine: gloo on loopback, where the store is (no hostname lookup per rank)
-    notes += [note] if note else []
+    if request.visible_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = request.visible_devices
+    env.update(request.network_env)  # one machine: gloo on loopback, where the store is (no hostname lookup)
     return RunPlan(
         config=config,
         target=target,
@@ -143,6 +133,8 @@ def build_plan(
         wait_for_main=config.num_machines > 1 and config.machine_rank != 0,
         log_dir=log_dir,
         report_performance=report_performance,
+        store_bind=request.store_bind,
+        rendezvous_env=dict(request.rendezvous_env),
     )
 
 
@@ -191,7 +183,7 @@ def describe_plan(plan: RunPlan, source: str) -> str:
         f"processes_per_machine={plan.local_processes} world_size={config.num_processes}"
     )
     lines.append("torchrun " + " ".join(plan.torchrun_args))
-    shown = {k: v for k, v in plan.env.items() if k != "NOTEBOOK_LAUNCHER_LAUNCH_CONFIG"}
+    shown = {k: v for k, v in plan.env.items() if k != CONFIG_ENV}
     lines.append("worker environment: " + " ".join(f"{k}={v}" for k, v in sorted(shown.items())))
     return "\n".join(lines)
 
@@ -218,14 +210,13 @@ def execute(plan: RunPlan, *, debug: bool = False, err: Any = None) -> int:
     if plan.log_dir is None:
         at = args.index("--module")
         args = [*args[:at], f"--log_dir={os.path.join(run_dir, 'logs')}", *args[at:]]
-    store = hosted_store(plan.config)
+    store = hosted_store(plan)
     figures = os.path.join(run_dir, "steps") if plan.report_performance else None
     if figures is not None:  # in the private run directory: where each rank leaves its step figures
         os.mkdir(figures, 0o700)
         plan = replace(plan, env={**plan.env, REPORT_ENV: figures})
     try:
-        meet = file_rendezvous_env(plan.config.num_machines)  # one machine: the ranks meet in a file
-        return _run_torchrun(plan, args, debug, err, {RUN_DIR_ENV: run_dir, **meet})
+        return _run_torchrun(plan, args, debug, err, {RUN_DIR_ENV: run_dir, **plan.rendezvous_env})
     finally:
         store = None  # noqa: F841 - closes the rendezvous port
         if figures is not None:
@@ -233,17 +224,15 @@ def execute(plan: RunPlan, *, debug: bool = False, err: Any = None) -> int:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def hosted_store(config: LaunchConfig) -> Any:
+def hosted_store(plan: RunPlan) -> Any:
     """On machine 0, torch's rendezvous store listening where store.store_bind_address says.
 
     torchrun's agent then creates its store on the same port with multi_tenant=True, which shares
     this server instead of opening one on every interface (TCPStore's own choice). None where
     this machine hosts nothing, or all interfaces is what is needed anyway.
     """
-    if config.machine_rank != 0:
-        return None
-    bind = store_bind_address(config.main_process_ip, config.num_machines)
-    if bind == ALL_INTERFACES:
+    config, bind = plan.config, plan.store_bind
+    if config.machine_rank != 0 or bind == ALL_INTERFACES:
         return None
     try:
         port = int(cast(int, config.main_process_port))  # set by resolve.py

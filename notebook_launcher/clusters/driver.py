@@ -9,11 +9,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import cloudpickle
 
-from ..launch.events import MetricLogged, OutputLine, RunFinished, RunStarted, poll_hooks_ask_stop, tick
+from ..launch.events import (
+    MetricLogged,
+    OutputLine,
+    RunFinished,
+    RunStarted,
+    RunStatus,
+    poll_hooks_ask_stop,
+    tick,
+)
 from ..launch.result import LaunchResult, LaunchStopped, LaunchTimeout, RankFailure, WorkerError, metric_row
 from .node import NodeJob, NodeOutcome
 
@@ -68,7 +76,7 @@ class ClusterRun:
             first = self.should_stop
             self.should_stop = lambda: first() or should_stop()
         started = time.monotonic()
-        status: Literal["done", "failed", "stopped", "timeout"]  # RunFinished's
+        status: RunStatus
         status, error, failed_rank, extra = "failed", None, None, {}
         try:
             self.backend.start(self.job, self.say)

@@ -12,8 +12,9 @@ from typing import Any, cast
 
 from ..config import CLUSTER_TYPES, LaunchConfig
 from ..errors import ConfigError, bad_value
-from ..launch import planning
-from ..launch.worker.payload import pickle_target
+from ..launch.planning import check_call
+from ..launch.supervise.payload import pickle_target
+from ..resolution import layered_config, resolve_launch
 from .driver import ClusterRun
 from .node import NodeJob
 from .ray import RayCluster
@@ -83,59 +84,44 @@ def cluster_run(
     should_stop: Callable[[], bool] | None = None,
 ) -> ClusterRun | None:
     """The run on the cluster that the options ask for, or None when the ranks run on this machine."""
-    config = planning.build_config(options["config"], overrides)
+    config = layered_config(options["config"], overrides)
     cluster = resolve_cluster(options.get("cluster"), config)
     if cluster is None:
         return None
-    planning.check_call(fn, args, options.get("timeout"))
-    planning.reject_agent_only_settings(config)
+    check_call(fn, args, options.get("timeout"))
     given = [name for name in ("node_rank", "master_addr", "master_port") if options.get(name) is not None]
     if given:
         raise ConfigError(
             f"{', '.join(given)} cannot be combined with cluster=: the {cluster.name} cluster decides where each node "
             "runs and node 0 hosts the rendezvous. Leave them out."
         )
-    if options.get("start_method", "auto") != "auto":
-        raise ConfigError(
-            f"start_method={options['start_method']!r} cannot be applied with cluster=: each node's launcher starts its "
-            "workers itself (fork from a clean, single-threaded process). Leave start_method unset."
-        )
     if options.get("in_process"):
         raise ConfigError("in_process=True runs in this kernel; it cannot be combined with cluster=.")
     say = (lambda _line: None) if options["quiet"] else print
     num_nodes = options.get("num_nodes") or cluster.num_nodes
-    nproc = _processes_per_node(options.get("num_processes"), config, num_nodes, cluster, say)
-    config = config.replace(num_machines=num_nodes, machine_rank=0)
-    config = planning.respect_single_process(
-        config,
-        nproc,
-        processes_given=options.get("num_processes") is not None,
+    request = resolve_launch(
+        config.replace(num_machines=num_nodes, machine_rank=0),
+        "cluster",
+        num_processes=options.get("num_processes"),
         type_given=overrides.get("distributed_type") is not None,
-        say=say,
-    ).replace(num_processes=nproc * num_nodes)
+        start_method=options.get("start_method", "auto"),
+        cluster_default=lambda: (cluster.default_processes(), f"the {cluster.name} cluster"),
+    )
+    for note in request.notes:
+        say(f"notebook_launch: {note}")
     with _by_value(fn, args, kwargs or {}):
         payload = pickle_target(fn, tuple(args), dict(kwargs or {}), say)
-    job = NodeJob(payload, config.to_dict(), nproc, 0, num_nodes, "", 0, options.get("timeout"))
-    return ClusterRun(cluster.backend(), job, config, observers, poll_hooks, should_stop, say)
-
-
-def _processes_per_node(
-    requested: int | None, config: LaunchConfig, num_nodes: int, cluster: Cluster, say: Callable[[str], None]
-) -> int:
-    if requested is not None:
-        if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
-            raise ConfigError(f"num_processes={requested!r} must be a positive integer (ranks on each node).")
-        return requested
-    if config.num_processes is not None:
-        if config.num_processes % num_nodes:
-            raise ConfigError(
-                f"The config's num_processes={config.num_processes} (all ranks) does not divide over {num_nodes} "
-                "nodes; pass num_processes= (ranks per node)."
-            )
-        return config.num_processes // num_nodes
-    count = cluster.default_processes()
-    say(f"notebook_launch: num_processes not given; {count} rank(s) per node on the {cluster.name} cluster.")
-    return count
+    job = NodeJob(
+        payload,
+        request.config.to_dict(),
+        request.local_processes,
+        0,
+        num_nodes,
+        "",
+        0,
+        options.get("timeout"),
+    )
+    return ClusterRun(cluster.backend(), job, request.config, observers, poll_hooks, should_stop, say)
 
 
 @contextlib.contextmanager

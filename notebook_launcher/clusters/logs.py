@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..launch.events import BarUpdate, MetricLogged, OutputLine, ProgressUpdate, WorkerDisplay
+from ..launch.events import BarUpdate, MetricLogged, OutputLine, ProgressUpdate, Stream, WorkerDisplay
 
 RANK_LINE = re.compile(r"^\[rank(\d+)\] (.*)$", re.S)
 TAIL_LINES = 40
@@ -45,7 +45,7 @@ class _Tail:
 class LogFollower:
     def __init__(self, node: int, stdout: Path, stderr: Path, events: Path) -> None:
         self.node = node
-        self.streams = {"stdout": _Tail(stdout), "stderr": _Tail(stderr)}
+        self.streams: dict[Stream, _Tail] = {"stdout": _Tail(stdout), "stderr": _Tail(stderr)}
         self.events = _Tail(events)
         self.recent: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
 
@@ -58,7 +58,7 @@ class LogFollower:
                 self.recent.append(line)
                 match = RANK_LINE.match(line)
                 if match:
-                    events.append(OutputLine(int(match.group(1)), stream, match.group(2)))  # type: ignore[arg-type]
+                    events.append(OutputLine(int(match.group(1)), stream, match.group(2)))
         for line in self.events.lines():
             try:
                 record = json.loads(line)

@@ -24,7 +24,7 @@ from ..launch.events import OutputLine
 from ..launch.planning import LaunchPlan
 from ..launch.result import LaunchStopped, LaunchTimeout, RankFailure, WorkerError
 from ..launch.supervise.supervisor import Supervisor
-from ..system.network import LOOPBACK
+from ..resolution import resolve_launch
 
 
 @dataclass
@@ -80,33 +80,29 @@ class NodeRun:
             num_machines=job.num_nodes,
             machine_rank=job.node_rank,
             num_processes=job.nproc * job.num_nodes,
-            main_process_ip=job.master_addr if multi else LOOPBACK,
+            main_process_ip=job.master_addr if multi else None,
             main_process_port=job.master_port if multi else 0,  # one node: any free port
         )
-        addr, port, store = planning.rendezvous(cfg, job.num_nodes, say=say)
-        cfg = cfg.replace(main_process_ip=addr, main_process_port=port)
-        network_env, reach_main = planning.machine_network(cfg, say) if multi else ({}, None)
-        method = "fork" if threading.active_count() == 1 else "spawn"
-        fn_args = cloudpickle.loads(job.payload) if method == "fork" else None
-        if method == "fork":
-            _warm_up(cfg)
-        specs = planning.make_specs(
-            cfg, job.nproc, (addr, port), job.payload if method == "spawn" else None, network_env
+        request = resolve_launch(cfg, "node", num_processes=job.nproc)
+        for note in request.notes:
+            say(f"notebook_launch: {note}")
+        addr, port, store = planning.rendezvous(request)
+        request = dataclasses.replace(
+            request, config=request.config.replace(main_process_ip=addr, main_process_port=port)
         )
-        import torch.multiprocessing as mp
-
-        plan = LaunchPlan(
-            context=mp.get_context(method),
-            start_method=method,
+        fork = request.start_method == "fork"
+        if fork:
+            _warm_up(request.config)
+        specs = planning.make_specs(request, (addr, port), None if fork else job.payload)
+        plan = planning.plan_started_by(
+            request,
             specs=specs,
-            target=fn_args,
-            world_size=job.nproc * job.num_nodes,
-            config=cfg,
+            target=cloudpickle.loads(job.payload) if fork else None,
             timeout=job.timeout,
             store=store,
         )
-        if reach_main is not None and job.node_rank != 0:
-            plan.preflight = reach_main
+        if job.node_rank != 0:
+            plan.preflight = planning.main_machine_check(request, say)
         return plan
 
     def stop(self) -> None:

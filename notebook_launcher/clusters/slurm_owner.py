@@ -17,9 +17,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ..records.names import SLURM_OWNER_TIMEOUT_ENV
 from ..system.private_files import write_private
 
-OWNER_TIMEOUT_ENV = "NOTEBOOK_LAUNCHER_SLURM_OWNER_TIMEOUT"
+OWNER_TIMEOUT_ENV = SLURM_OWNER_TIMEOUT_ENV
 DEFAULT_OWNER_TIMEOUT = 30.0  # seconds without a beat; 0 turns the watch off
 BEAT_SECONDS = 1.0
 WATCH_SECONDS = 1.0

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..records.names import SLURM_GRACE_ENV
 from ..system.signals import PREEMPTION_REQUEST_SIGNAL
 
 REQUEST_SIGNAL = PREEMPTION_REQUEST_SIGNAL  # what a worker reads as "stop after this step"
@@ -35,7 +36,7 @@ def requeue_signal() -> signal.Signals:
 
 def grace_seconds() -> float:
     try:
-        return float(os.environ.get("NOTEBOOK_LAUNCHER_SLURM_GRACE_SECONDS", GRACE_SECONDS))
+        return float(os.environ.get(SLURM_GRACE_ENV, GRACE_SECONDS))
     except ValueError:
         return GRACE_SECONDS
 

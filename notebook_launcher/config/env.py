@@ -13,13 +13,12 @@ import json
 import os
 from collections.abc import Iterator, Mapping
 
+from ..records.names import CONFIG_ENV
 from .accelerate_env import accelerate_env, config_from_accelerate_env
 from .launch_config import LaunchConfig
 
-CONFIG_ENV = "NOTEBOOK_LAUNCHER_LAUNCH_CONFIG"
 # "1" in the workers of `notebook-launcher launch`: their Accelerator turns SIGTERM / SIGUSR1 into a
 # graceful stop (runtime/world/preemption.py), as notebook_launch's workers do from their start.
-GRACEFUL_PREEMPTION_ENV = "NOTEBOOK_LAUNCHER_GRACEFUL_PREEMPTION"
 TORCH_ENV_KEYS = (
     "RANK",
     "LOCAL_RANK",

@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..records.names import CONFIG_FILE_ENV
 from .launch_config import LaunchConfig
-
-CONFIG_FILE_ENV = "NOTEBOOK_LAUNCHER_CONFIG_FILE"
 
 
 def default_config_path() -> Path:

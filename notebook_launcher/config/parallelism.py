@@ -1,5 +1,6 @@
-"""ParallelismConfig: the device mesh of a run (data replicas x data shards x context x tensor), with
-Accelerate 1.x's fields, defaults and PARALLELISM_CONFIG_* variables, and its YAML section.
+"""ParallelismConfig: the device mesh of a run (pipeline x data replicas x data shards x context x
+tensor), with Accelerate 1.x's fields, defaults and PARALLELISM_CONFIG_* variables, and its YAML
+section; pp_size / pp_handler (the pipeline axis, config/pipeline.py) are ours.
 
 No torch here: a config is built, checked against the process count and shipped before anything
 touches a device. The mesh itself is built in runtime/parallel/mesh.py.
@@ -14,11 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from ..errors import ConfigError, bad_value
+from .pipeline import TorchPipelineParallelConfig, check_pipeline, pipeline_from_section
 
 ENV_PREFIX = "PARALLELISM_CONFIG_"
 USE_ENV = "ACCELERATE_USE_PARALLELISM_CONFIG"
-MESH_ORDER = ("dp_replicate", "dp_shard", "cp", "sp", "tp")  # Accelerate's (and torchtitan's) order
-SIZE_FIELDS = ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "sp_size")
+MESH_ORDER = ("pp", "dp_replicate", "dp_shard", "cp", "sp", "tp")  # torchtitan's order (pp outermost)
+SIZE_FIELDS = ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "sp_size", "pp_size")
 CP_BACKENDS = ("torch",)
 SP_BACKENDS = ("deepspeed",)
 TP_STYLES = (
@@ -75,8 +77,9 @@ class TorchContextParallelConfig:
 class ParallelismConfig:
     """The mesh sizes; unset sizes come from PARALLELISM_CONFIG_*_SIZE, else 1 (Accelerate's defaults).
 
-    dp_replicate_size x dp_shard_size x cp_size x tp_size must equal the number of processes:
-    dp_shard > 1 is FSDP2 over those ranks, dp_replicate x dp_shard is HSDP, tp > 1 splits layers.
+    pp_size x dp_replicate_size x dp_shard_size x cp_size x tp_size must equal the number of processes:
+    dp_shard > 1 is FSDP2 over those ranks, dp_replicate x dp_shard is HSDP, tp > 1 splits layers,
+    pp > 1 cuts the model into stages (ours; pp_handler says how).
     """
 
     dp_replicate_size: int | None = None
@@ -89,6 +92,8 @@ class ParallelismConfig:
     tp_handler: TorchTensorParallelConfig | None = None
     cp_handler: TorchContextParallelConfig | None = None
     sp_handler: Any = None
+    pp_size: int | None = None
+    pp_handler: TorchPipelineParallelConfig | None = None
     device_mesh: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -117,6 +122,8 @@ class ParallelismConfig:
             self.tp_handler = TorchTensorParallelConfig()
         if self._size("cp") > 1 and self.cp_handler is None:
             self.cp_handler = TorchContextParallelConfig()
+        if self.pp_enabled:
+            self.pp_handler = check_pipeline(self.pp_handler, self._size)
         if self.tp_enabled and self.dp_replicate_enabled and not self.dp_shard_enabled:
             raise ConfigError(
                 f"ParallelismConfig dp_replicate_size={self.dp_replicate_size} with tp_size={self.tp_size} and "
@@ -138,6 +145,10 @@ class ParallelismConfig:
         return self._size("tp") > 1
 
     @property
+    def pp_enabled(self) -> bool:
+        return self._size("pp") > 1
+
+    @property
     def cp_enabled(self) -> bool:
         return self._size("cp") > 1
 
@@ -148,7 +159,8 @@ class ParallelismConfig:
     @property
     def total_size(self) -> int:
         return (
-            self._size("dp_replicate")
+            self._size("pp")
+            * self._size("dp_replicate")
             * self._size("dp_shard")
             * self._size("tp")
             * self._size("cp")
@@ -185,7 +197,7 @@ class ParallelismConfig:
 
     @property
     def active_mesh_dims(self) -> list[str]:
-        return self.dp_dim_names + self.non_dp_dim_names
+        return (["pp"] if self.pp_enabled else []) + self.dp_dim_names + self.non_dp_dim_names
 
     def mesh_layout(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
         """(dim names, sizes) of the mesh in Accelerate's order; ((), ()) when nothing is enabled."""
@@ -201,11 +213,14 @@ class ParallelismConfig:
         if self.total_size == world_size:
             return
         sizes = ", ".join(f"{n}={getattr(self, n)}" for n in SIZE_FIELDS if n != "sp_size")
-        other = self.non_data_parallel_size
+        other = self.non_data_parallel_size * self._size("pp")
         if world_size % other == 0:
-            hint = f"e.g. dp_shard_size={world_size // other} with tp_size={self.tp_size}, cp_size={self.cp_size}"
+            hint = (
+                f"e.g. dp_shard_size={world_size // other} with tp_size={self.tp_size}, cp_size={self.cp_size}, "
+                f"pp_size={self.pp_size}"
+            )
         else:
-            hint = f"tp_size x cp_size={other} does not divide {world_size}; pick sizes that do"
+            hint = f"pp_size x tp_size x cp_size={other} does not divide {world_size}; pick sizes that do"
         raise ConfigError(
             f"ParallelismConfig({sizes}) multiplies to {self.total_size}, but the run has world size "
             f"{world_size} (processes over all machines). Make the product of the sizes equal {world_size} "
@@ -219,6 +234,8 @@ class ParallelismConfig:
             value = getattr(self, f.name)
             if f.name == "device_mesh":
                 continue
+            if isinstance(value, TorchPipelineParallelConfig):
+                value = value.plain_fields()
             if dataclasses.is_dataclass(value):
                 value = {k: v for k, v in dataclasses.asdict(cast(Any, value)).items() if not callable(v)}
             out[f.name] = value
@@ -237,7 +254,8 @@ def _env_int(name: str) -> int:
 
 def mesh_coordinates(config: ParallelismConfig, world_size: int) -> list[dict[str, int]]:
     """Every rank's coordinates on the mesh (for pictures of it): {"rank", "dp_replicate", ...}."""
-    sizes = [("dp_replicate", config._size("dp_replicate")), ("dp_shard", config._size("dp_shard"))]
+    sizes = [("pp", config._size("pp")), ("dp_replicate", config._size("dp_replicate"))]
+    sizes += [("dp_shard", config._size("dp_shard"))]
     sizes += [("cp", config._size("cp")), ("tp", config._size("tp"))]
     rows = []
     for rank in range(world_size):
@@ -257,7 +275,13 @@ SECTION_KEYS = (
     "parallelism_config_cp_size",
     "parallelism_config_cp_backend",
     "parallelism_config_cp_comm_strategy",
+    "parallelism_config_pp_size",  # ours from here: the pipeline axis
+    "parallelism_config_pp_schedule",
+    "parallelism_config_pp_n_microbatches",
+    "parallelism_config_pp_virtual_stages",
+    "parallelism_config_pp_split_points",
 )
+_TEXT_KEYS = ("_backend", "_strategy", "_schedule", "_split_points")
 
 
 def section_is_set(section: Mapping[str, Any] | None) -> bool:
@@ -283,7 +307,7 @@ def check_section(section: Any) -> dict[str, Any]:
             raise ConfigError(f"Unknown key {key!r} in parallelism_config.{closest(key, SECTION_KEYS)}")
         if value is None:
             continue
-        clean[key] = value if key.endswith(("_backend", "_strategy")) else _whole(key, value)
+        clean[key] = value if key.endswith(_TEXT_KEYS) else _whole(key, value)
     from_section(clean)  # the same checks as ParallelismConfig(...)
     return clean
 
@@ -306,6 +330,8 @@ def from_section(section: Mapping[str, Any]) -> ParallelismConfig:
     strategy = section.get(_KEY + "cp_comm_strategy")
     if strategy is not None and kwargs["cp_size"] > 1:
         kwargs["cp_handler"] = TorchContextParallelConfig(cp_comm_strategy=strategy)
+    if kwargs["pp_size"] > 1:
+        kwargs["pp_handler"] = pipeline_from_section(section, _KEY)
     return ParallelismConfig(**kwargs)
 
 
@@ -313,6 +339,12 @@ def _sizes_only(config: ParallelismConfig) -> dict[str, Any]:
     """A ParallelismConfig given to a launcher: its sizes travel to the workers; a plan or a function
     cannot (they belong to the Accelerator inside the function)."""
     handler = config.tp_handler
+    if config.pp_handler is not None and config.pp_handler.loss_fn is not None:
+        raise ConfigError(
+            "A launcher's parallelism_config carries the mesh sizes only; its pp_handler's loss_fn does not "
+            "travel to the workers. Give the loss function inside your function (TorchPipelineParallelConfig("
+            "loss_fn=...) in Accelerator(parallelism_config=...), or model.step(x, y, loss_fn=...))."
+        )
     if handler is not None and (handler.plan is not None or handler.parallelize_fn is not None):
         raise ConfigError(
             "A launcher's parallelism_config carries the mesh sizes only; its tp_handler's plan / parallelize_fn "
@@ -327,6 +359,12 @@ def to_section(config: ParallelismConfig) -> dict[str, Any]:
     """Accelerate's YAML keys for a ParallelismConfig's sizes (what `accelerate config` writes)."""
     out: dict[str, Any] = {_KEY + n: getattr(config, n) for n in SIZE_FIELDS if n != "sp_size"}
     out[_KEY + "cp_backend"] = config.cp_backend
+    if config.pp_enabled and config.pp_handler is not None:
+        plain = config.pp_handler.plain_fields()
+        out[_KEY + "pp_schedule"] = plain["schedule"]
+        for name in ("n_microbatches", "virtual_stages", "split_points"):
+            if plain[name] is not None:
+                out[_KEY + "pp_" + name] = ",".join(plain[name]) if name == "split_points" else plain[name]
     return out
 
 

@@ -148,6 +148,7 @@ def estimate_memory(
     tp_size: int = 1,
     dp_shard_size: int = 1,
     tp_plan: dict[str, str] | None = None,
+    pp_size: int = 1,
 ) -> MemoryEstimate:
     """Bytes per rank for parameters, gradients and optimizer state, as a table.
 
@@ -157,12 +158,13 @@ def estimate_memory(
     them for HYBRID_SHARD. optimizer: "adamw", "adam", "sgd-momentum" or "sgd".
     offload: False, True, or "both" (rows without and with). strategies: a subset of STRATEGIES.
     tp_size > 1 (with dp_shard_size): one more row per precision for that mesh (its own process count),
-    the model's own plan (`_tp_plan`) or tp_plan= saying which layers are split.
+    the model's own plan (`_tp_plan`) or tp_plan= saying which layers are split. pp_size > 1 (an
+    nn.Sequential): that row keeps the largest pipeline stage (an even split by parameter count).
     """
     counts = [num_processes] if isinstance(num_processes, int) else list(num_processes)
     precisions = [mixed_precision] if isinstance(mixed_precision, str) else list(mixed_precision)
     chosen = list(strategies) if strategies is not None else list(STRATEGIES)
-    offloads = {False: [False], True: [True], "both": [False, True]}.get(offload)  # type: ignore[call-overload]
+    offloads = {False: [False], True: [True], "both": [False, True]}.get(offload)
     _check(counts, precisions, chosen, optimizer, offloads, offload, num_machines)
     built = build_on_meta(model)
     params = parameters_of(built)
@@ -174,11 +176,12 @@ def estimate_memory(
         for n in counts
         if not (off and strategy == "DDP")  # DDP has nothing to offload
     ]
-    if tp_size > 1 or dp_shard_size > 1:
+    if tp_size > 1 or dp_shard_size > 1 or pp_size > 1:
         from .mesh_estimate import mesh_bytes, mesh_name
 
-        held, grads, opt = mesh_bytes(built, tp_plan, tp_size, dp_shard_size, OPTIMIZER_STATES[optimizer])
-        name, n = mesh_name(tp_size, dp_shard_size), tp_size * dp_shard_size
+        states = OPTIMIZER_STATES[optimizer]
+        held, grads, opt = mesh_bytes(built, tp_plan, tp_size, dp_shard_size, states, pp_size)
+        name, n = mesh_name(tp_size, dp_shard_size, pp_size=pp_size), tp_size * dp_shard_size * pp_size
         rows += [EstimateRow(name, False, p, n, held, grads, opt, 0) for p in precisions]
     return MemoryEstimate(rows, sum(p.numel for p in params), optimizer)
 

@@ -13,7 +13,6 @@ from typing import Any
 # Set for the workers by `notebook-launcher launch --report_performance`: a private folder where each
 # rank keeps its figures (rank<N>.json); "1" switches the step clock on in a plain script, "0" off
 # (it is on by default inside notebook_launch, where the launcher reads it).
-REPORT_ENV = "NOTEBOOK_LAUNCHER_REPORT_PERFORMANCE"
 PARTS = ("data", "compute", "wait")
 STRAGGLER_WAIT_SHARE = 0.15  # the other ranks wait at least this share of a step...
 STRAGGLER_WAIT_RATIO = 0.5  # ...and the straggler itself at most half their mean wait
@@ -36,6 +35,9 @@ class RankSteps:
     data_ms: float
     compute_ms: float  # forward + backward + optimizer, less the waits inside them
     wait_ms: float  # in collectives and DDP's gradient all-reduce, for the other ranks
+    # a pipeline rank's last step: its stages, measured bubble against the schedule's ideal, and
+    # its forward/backward blocks per micro-batch (runtime/parallel/pipeline/timeline.py)
+    pipeline: dict[str, Any] | None = field(default=None, compare=False)
 
     @property
     def other_ms(self) -> float:
@@ -50,7 +52,10 @@ class RankSteps:
         steps = max(1, int(payload.get("steps", 0)))
         ms = {key[:-2]: float(value) * 1000 / steps for key, value in payload.items() if key.endswith("_s")}
         compute = ms.get("forward", 0.0) + ms.get("backward", 0.0) + ms.get("optimizer", 0.0)
-        return cls(rank, steps, ms.get("step", 0.0), ms.get("data", 0.0), compute, ms.get("wait", 0.0))
+        pipeline = payload.get("pipeline") if isinstance(payload.get("pipeline"), dict) else None
+        return cls(
+            rank, steps, ms.get("step", 0.0), ms.get("data", 0.0), compute, ms.get("wait", 0.0), pipeline
+        )
 
 
 @dataclass
@@ -145,8 +150,9 @@ class PerformanceReport:
                 "other": "own code between forward, backward and step (logging, metrics, Python)",
             }[part]
             times = f"{mine / theirs:.1f}× the others'" if theirs > 0.1 else "far more than the others'"
+            stage = f" (pipeline stage(s) {late.pipeline['stages']})" if late.pipeline else ""
             return kind, (
-                f"rank {late.rank} is the straggler: its {part} takes {times} ({mine:.0f} ms per step) — "
+                f"rank {late.rank}{stage} is the straggler: its {part} takes {times} ({mine:.0f} ms per step) — "
                 f"the other ranks spend {wait_share:.0%} of each step waiting for it"
             )
         if all(r.share("data") >= INPUT_BOUND_SHARE for r in self.ranks):
@@ -173,8 +179,18 @@ class PerformanceReport:
         ]
         return "\n".join([head, *rows])
 
+    def pipeline_lines(self) -> list[str]:
+        """Per pipeline rank: its stages, the measured bubble (mean over the steps) and the ideal."""
+        return [
+            f"rank {r.rank} stage(s) {r.pipeline.get('stages')}: bubble {float(r.pipeline.get('mean_bubble', 0)):.3f} "
+            f"(ideal {float(r.pipeline.get('ideal_bubble', 0)):.3f}, {r.pipeline.get('schedule')}, "
+            f"{r.pipeline.get('microbatches')} micro-batches)"
+            for r in self.ranks
+            if r.pipeline
+        ]
+
     def __str__(self) -> str:
-        return f"{self.verdict}\n{self.table()}"
+        return "\n".join([self.verdict, self.table(), *self.pipeline_lines()])
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(str(self))

@@ -1,7 +1,7 @@
 """The kernel's side of a %%ranks group: N rank processes kept alive between cells.
 
-- Start: planned like a launch (launch/planning.py: config, processes, start method, a rendezvous
-  store hosted here); each rank runs `serve_rank`; start() returns once every rank's process group
+- Start: resolved like a launch (resolution/, entry "ranks": config, processes, start method) and
+  planned by launch/planning.py (a rendezvous store hosted here); each rank runs `serve_rank`; start() returns once every rank's process group
   is up, or raises with the first rank's reason and leaves nothing behind.
 - A command goes to the chosen ranks; while they work, every rank's output streams to the
   observers (the cell printer) as launch events; each chosen rank answers once.
@@ -27,12 +27,13 @@ from typing import Any, cast
 
 from ..launch.events import tick
 from ..launch.result import RunRecord
+from ..launch.supervise.forksafety import HelperProcesses, release_openmp_threads
 from ..launch.supervise.inbox import Inbox
 from ..launch.supervise.processes import Worker, kill_and_reap, signal_group, signal_process, stop_group
-from ..launch.warm.standby import LaunchState
 from ..launch.worker import channel
-from ..launch.worker.forksafety import HelperProcesses, release_openmp_threads
-from ..system.private_files import RUN_DIR_ENV, make_private_dir
+from ..launch.worker.standby import LaunchState
+from ..records.names import RUN_DIR_ENV
+from ..system.private_files import make_private_dir
 from . import protocol
 from .rank_process import serve_rank
 

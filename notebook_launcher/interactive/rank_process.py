@@ -46,8 +46,8 @@ def serve_rank(
 
     `state` (a standby.LaunchState) comes with ranks forked by the warm pool's server, which was
     started earlier: the kernel's env, cwd and sys.path as they are now, and fresh generators."""
-    from ..launch.warm.standby import adopt
     from ..launch.worker.entry import prepare_process
+    from ..launch.worker.standby import adopt
 
     prepare_process(out_conn, err_conn)
     if state is not None:

@@ -20,6 +20,7 @@ from ..launch import planning
 from ..launch.cell.output import CellPrinter
 from ..launch.planning import LaunchPlan
 from ..launch.worker.channel import load_pickled
+from ..resolution import layered_config, resolve_launch
 from . import protocol
 from .group import RankGroup, describe_exit
 from .outcome import CellInterrupted, RankError, RanksBroken, RanksError, failure_from_reply
@@ -63,7 +64,7 @@ class Ranks:
         """Start the ranks (done by the constructor; again after stop())."""
         if self._group is not None:
             raise RanksError("The ranks are already running; stop() or restart() them first.")
-        plan = plan_group(say=(lambda _m: None) if self._quiet else _say, **self._options)
+        plan = plan_group(say=(lambda _m: None) if self._quiet else print, **self._options)
         observers = [] if self._quiet else [CellPrinter(self._show_ranks, logs_name=None)]
         group = RankGroup(plan, observers)
         group.start()
@@ -230,27 +231,23 @@ def plan_group(
     overrides: dict[str, Any],
     say: Callable[[str], None],
 ) -> LaunchPlan:
-    """The plan of a %%ranks group: notebook_launch's config handling, on this machine only."""
-    cfg, nproc, method = planning.resolve_processes(num_processes, config, start_method, say, overrides)
-    if cfg.num_machines > 1:
-        raise ConfigError(
-            f"num_machines={cfg.num_machines}: %%ranks runs its ranks on this machine only. Use notebook_launch "
-            "(num_nodes=...) or `notebook-launcher launch` for a run over several machines."
-        )
-    if method == "fork":
+    """The plan of a %%ranks group: resolved like notebook_launch (resolution/), on this machine only."""
+    request = resolve_launch(
+        layered_config(config, overrides),
+        "ranks",
+        num_processes=num_processes,
+        type_given=overrides.get("distributed_type") is not None,
+        start_method=start_method,
+    )
+    for note in request.notes:
+        say(f"ranks: {note}")
+    if request.start_method == "fork":
         from ..launch.warm.warmup import warm_up
 
-        warm_up(cfg)
-    addr, port, store = planning.rendezvous(cfg, 1, say=say)
-    specs = planning.make_specs(cfg, nproc, (addr, port), None)
-    return planning.plan_started_by(
-        method, specs=specs, target=None, world_size=nproc, config=cfg, store=store
-    )
-
-
-def _say(message: str) -> None:
-    """The launcher's planning notes, named after what the user called."""
-    print(message.replace("notebook_launch:", "ranks:", 1))
+        warm_up(request.config)
+    addr, port, store = planning.rendezvous(request)
+    specs = planning.make_specs(request, (addr, port), None)
+    return planning.plan_started_by(request, specs=specs, target=None, store=store)
 
 
 def _cell_name() -> str:

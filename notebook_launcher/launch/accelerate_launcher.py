@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import ConfigError
-from ..system.network import DEFAULT_PORT, LOOPBACK
+from ..records.names import DEFAULT_PORT, LOOPBACK
 from .notebook import notebook_launch
 from .result import LaunchResult
 

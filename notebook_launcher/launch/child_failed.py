@@ -26,7 +26,9 @@ def elastic_subclass(base: type) -> type | None:
         """torch's record of one failed rank, its message the worker's traceback (or our summary)."""
         code = failure.exitcode if failure.exitcode is not None else 1
         record = ProcessFailure(local_rank=failure.rank, pid=-1, exitcode=code, error_file=_NO_ERROR_FILE)
-        record.message = {
+        # torch annotates `message: str`, yet it stores the error file's dict there and its
+        # ChildFailedError.format_msg reads that dict's py_callstack: the shape we give it
+        record.message = {  # type: ignore[assignment]
             "message": failure.summary(),
             "extraInfo": {
                 "py_callstack": failure.traceback or failure.summary(),
@@ -35,7 +37,7 @@ def elastic_subclass(base: type) -> type | None:
         }
         return record
 
-    class WorkerError(base, ChildFailedError):  # type: ignore[misc, valid-type]
+    class WorkerError(base, ChildFailedError):
         """The WorkerError every launch raises once torch is loaded (named so in the cell)."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -10,6 +10,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+Stream = Literal["stdout", "stderr"]  # a worker's output pipe
+RunStatus = Literal["done", "failed", "stopped", "timeout"]  # how a run ended (RunFinished)
+
 
 @dataclass(frozen=True)
 class RunStarted:
@@ -23,7 +26,7 @@ class RunStarted:
 @dataclass(frozen=True)
 class OutputLine:
     rank: int
-    stream: Literal["stdout", "stderr"]
+    stream: Stream
     text: str  # one line, without its trailing newline
     live: bool = False  # a line rewritten with "\r" (not yet ended): shown in place, not logged
 
@@ -83,7 +86,7 @@ class ProgressUpdate:
 
 @dataclass(frozen=True)
 class RunFinished:
-    status: Literal["done", "failed", "stopped", "timeout"]
+    status: RunStatus
     duration: float
     failed_rank: int | None = None
     error: str | None = None  # one-line summary for a status line

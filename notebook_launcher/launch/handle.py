@@ -9,10 +9,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..estimate.performance import PerformanceReport
-from .faults.hang_report import HangReport
 from .faults.restarts import RestartingRun
 from .planning import LaunchPlan
 from .result import LaunchResult
+from .supervise.hang_report import HangReport
 from .supervise.supervisor import Watch
 
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..config import LaunchConfig, patched_environ, worker_env
-from ..system.network import LOOPBACK
-from ..system.private_files import RUN_DIR_ENV, make_private_dir
+from ..records.names import LOOPBACK, RUN_DIR_ENV
+from ..system.private_files import make_private_dir
 from .result import LaunchResult, metric_row
 
 

@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from ..cluster_runner import cluster_runner
 from ..errors import ConfigError
-from ..system.store import file_rendezvous_env
+from ..resolution import LaunchRequest, layered_config, resolve_launch
 from ..view_factory import displayed_view
 from . import planning
 from .cell.output import CellPrinter, check_prefix_template
@@ -21,9 +21,9 @@ from .faults.restarts import RestartingRun, check_restart_on
 from .handle import RunHandle, collect_result
 from .planning import LaunchPlan
 from .result import LaunchResult
+from .supervise.payload import pickle_target
 from .supervise.supervisor import Watch
 from .warm.warmup import warm_up
-from .worker.payload import pickle_target
 
 
 def _prepare(
@@ -31,39 +31,62 @@ def _prepare(
     args: Sequence[Any],
     kwargs: dict[str, Any] | None,
     *,
-    num_processes: int | None,
-    config: Any,
-    start_method: str,
+    request: LaunchRequest,
     timeout: float | None,
     say: Callable[[str], None],
-    overrides: dict[str, Any],
 ) -> LaunchPlan:
-    planning.check_call(fn, args, timeout)
+    """The plan of a resolved launch: the function shipped (fork: handed over; else pickled), the
+    store hosted, each worker's env."""
     kwargs = dict(kwargs or {})
-    cfg, nproc, method = planning.resolve_processes(
-        num_processes, config, start_method, say, overrides, restarts=True
-    )
     payload = None
     target: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None = (fn, tuple(args), kwargs)
-    if method != "fork":
+    if request.start_method != "fork":
         payload = pickle_target(fn, tuple(args), kwargs, say)
         target = None
     else:
-        warm_up(cfg)
-    network_env, reach_main = planning.machine_network(cfg, say)
-    addr, port, store = planning.rendezvous(cfg, cfg.num_machines, on_demand=True, say=say)
-    meet = file_rendezvous_env(cfg.num_machines)  # one machine: the ranks meet in a file (system/store.py)
-    specs = planning.make_specs(cfg, nproc, (addr, port), payload, network_env | meet)
+        warm_up(request.config)
+    addr, port, store = planning.rendezvous(request, on_demand=True)
+    specs = planning.make_specs(request, (addr, port), payload)
     return planning.plan_started_by(
-        method,
+        request,
         specs=specs,
         target=target,
-        world_size=nproc * cfg.num_machines,
-        config=cfg,
         timeout=timeout,
         store=store,
-        preflight=reach_main,
+        preflight=planning.main_machine_check(request, say),
     )
+
+
+def layer_call(options: dict[str, Any], config_overrides: dict[str, Any]) -> None:
+    """The call's config, layered once (arguments > config= > the default file > defaults) into
+    options["config"]: whether the run goes to a cluster and how it is resolved both read it."""
+    if "stall_timeout" in config_overrides and config_overrides["stall_timeout"] is None:
+        config_overrides = dict(config_overrides, stall_timeout=0)  # None here means off, not "unset"
+    overrides = dict(
+        mixed_precision=options["mixed_precision"],
+        num_machines=options["num_nodes"],
+        machine_rank=options["node_rank"],
+        main_process_ip=options["master_addr"],
+        main_process_port=options["master_port"],
+        **config_overrides,
+    )
+    options["config"] = layered_config(options["config"], overrides)
+
+
+def resolve_call(
+    options: dict[str, Any], config_overrides: dict[str, Any], say: Callable[[str], None]
+) -> LaunchRequest:
+    """notebook_launch's arguments resolved (resolution/): the one decision every later stage reads."""
+    request = resolve_launch(
+        options["config"],
+        "notebook",
+        num_processes=options["num_processes"],
+        type_given=config_overrides.get("distributed_type") is not None,
+        start_method=options["start_method"],
+    )
+    for note in request.notes:
+        say(f"notebook_launch: {note}")
+    return request
 
 
 def _plan_and_watchers(
@@ -73,29 +96,11 @@ def _plan_and_watchers(
     options: dict[str, Any],
     config_overrides: dict[str, Any],
 ) -> tuple[LaunchPlan, list[Any]]:
-    """The shared front half of notebook_launch and start_launch: plan the run, pick observers."""
-    if "stall_timeout" in config_overrides and config_overrides["stall_timeout"] is None:
-        config_overrides = dict(config_overrides, stall_timeout=0)  # None here means off, not "unset"
+    """The shared front half of notebook_launch and start_launch: resolve, plan, pick observers."""
+    planning.check_call(fn, args, options["timeout"])
     say = (lambda _msg: None) if options["quiet"] else print
-    overrides = dict(
-        mixed_precision=options["mixed_precision"],
-        num_machines=options["num_nodes"],
-        machine_rank=options["node_rank"],
-        main_process_ip=options["master_addr"],
-        main_process_port=options["master_port"],
-        **config_overrides,
-    )
-    plan = _prepare(
-        fn,
-        args,
-        kwargs,
-        num_processes=options["num_processes"],
-        config=options["config"],
-        start_method=options["start_method"],
-        timeout=options["timeout"],
-        say=say,
-        overrides=overrides,
-    )
+    request = resolve_call(options, config_overrides, say)
+    plan = _prepare(fn, args, kwargs, request=request, timeout=options["timeout"], say=say)
     return plan, _watchers(options)
 
 
@@ -182,6 +187,7 @@ def notebook_launch(
         options["observers"] = [*observers, shown]
         poll_hooks = [*poll_hooks, shown.poll]
         options["quiet"] = True
+    layer_call(options, config_overrides)
     remote = _cluster_run(fn, args, kwargs, options, config_overrides, poll_hooks)
     if remote is not None:
         return cast(LaunchResult, remote.run())
@@ -241,9 +247,8 @@ def _cluster_run(
 ) -> Any:
     """The launch on a cluster that cluster= (or the config's cluster_config) asks for; None for
     this machine. The runner the public face registered (cluster_runner.py) takes it: the launcher
-    never imports clusters/ (the arrow is clusters -> launch). The config (argument, else the
-    default file) is resolved here once, and every later stage reads that LaunchConfig."""
-    options["config"] = planning.build_config(options["config"], {})
+    never imports clusters/ (the arrow is clusters -> launch). options["config"] is the call's
+    layered config (layer_call)."""
     if options.get("cluster") is None and options["config"].cluster_config.cluster_type == "local":
         return None
     overrides = dict(mixed_precision=options["mixed_precision"], **config_overrides)
@@ -267,10 +272,15 @@ def _launch_in_process(
         )
     if not callable(fn):
         raise ConfigError(f"notebook_launch needs a function to run; got {type(fn).__name__} {fn!r}.")
-    cfg = planning.build_config(config, dict(mixed_precision=mixed_precision, **overrides))
-    planning.reject_agent_only_settings(cfg)
-    planning.check_gpu_ids(cfg)
-    return run_in_process(fn, tuple(args), dict(kwargs or {}), cfg.replace(num_processes=1, num_machines=1))
+    request = resolve_launch(
+        layered_config(config, dict(mixed_precision=mixed_precision, **overrides)),
+        "in_process",
+        num_processes=1,
+        type_given=overrides.get("distributed_type") is not None,
+    )
+    for note in request.notes:
+        print(f"notebook_launch: {note}")
+    return run_in_process(fn, tuple(args), dict(kwargs or {}), request.config)
 
 
 def start_launch(
@@ -293,6 +303,7 @@ def start_launch(
     if shown:
         options["observers"] = [*observers, shown]
         options["quiet"] = True
+    layer_call(options, config_overrides)
     remote = _cluster_run(fn, args, kwargs, options, config_overrides, poll_hooks)
     if remote is not None:
         handle = RunHandle(None, (), (), runner=remote.run)

@@ -199,8 +199,8 @@ class WorkerError(NotebookLauncherError, RuntimeError):
         made_as = WorkerError if type(self) is WorkerError.flavour else type(self)  # made again the same way
         return (made_as, (self.failure, self.others, self.logs, self.values), state)
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+    def __setstate__(self, state: dict[str, Any] | None) -> None:  # BaseException's signature
+        self.__dict__.update(state or {})
         self.args = (self._message(),)  # with the restart note the sender had added
 
     def _message(self) -> str:
@@ -281,7 +281,7 @@ class LaunchTimeout(NotebookLauncherError, TimeoutError):
 
 class RendezvousStalled(NotebookLauncherError, TimeoutError):
     """Every rank of a one-machine launch waited inside init_process_group for `seconds`: the process
-    group never formed (in each of `attempts` starts; launch/faults/rendezvous_watch.py)."""
+    group never formed (in each of `attempts` starts; launch/supervise/rendezvous_watch.py)."""
 
     def __init__(
         self, seconds: float, stacks: dict[int, str] | None = None, report: Any = None, attempts: int = 1
@@ -330,6 +330,8 @@ class LaunchPreempted(NotebookLauncherError, RuntimeError):
         self.checkpoint = checkpoint
         self.values = values
         self.signal = signal
+        self.restarts = 0  # as on LaunchResult: set by the run under max_restarts (faults/restarts.py)
+        self.failures: list[Exception] = []  # what ended each earlier attempt
         saved = f"last checkpoint: {checkpoint}" if checkpoint else "no checkpoint was saved"
         self.summary = f"the run was preempted ({signal or 'a preemption signal'} to {where}); {saved}."
         super().__init__(self.summary)

@@ -15,7 +15,9 @@ import struct
 import time
 from dataclasses import dataclass
 
-ENV = "NOTEBOOK_LAUNCHER_ACTIVITY_FILE"  # set by the launcher: where each rank keeps its record
+from .names import ACTIVITY_FILE_ENV
+
+ENV = ACTIVITY_FILE_ENV  # set by the launcher: where each rank keeps its record
 IDLE, IN_COLLECTIVE, RENDEZVOUS = 0, 1, 2
 _FORMAT = struct.Struct("<iiqd48s")  # state, unused, collectives entered, entered at (time.time()), op
 RECORD_SIZE = _FORMAT.size

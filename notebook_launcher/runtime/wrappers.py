@@ -28,7 +28,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
 
     # Delegated attributes that torch (schedulers, clip utilities) reads directly.
     @property
-    def param_groups(self):  # type: ignore[override]
+    def param_groups(self):
         return self.optimizer.param_groups
 
     @param_groups.setter
@@ -36,7 +36,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.optimizer.param_groups = value
 
     @property
-    def state(self):  # type: ignore[override]
+    def state(self):
         return self.optimizer.state
 
     @state.setter
@@ -44,7 +44,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.optimizer.state = value
 
     @property
-    def defaults(self):  # type: ignore[override]
+    def defaults(self):
         return self.optimizer.defaults
 
     @defaults.setter

@@ -17,9 +17,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-LIMIT_ENV = "NOTEBOOK_LAUNCHER_MEMORY_LIMIT"  # bytes (or 8G, 512M): warn against this, not the machine
+from ..records.names import MEMORY_LIMIT_ENV, MMAP_THRESHOLD_ENV
+
+LIMIT_ENV = MEMORY_LIMIT_ENV  # bytes (or 8G, 512M): warn against this, not the machine
 # The mmap threshold: a size applies it in every worker; 0 nowhere; unset, sharded strategies only.
-THRESHOLD_ENV = "NOTEBOOK_LAUNCHER_MMAP_THRESHOLD"
+THRESHOLD_ENV = MMAP_THRESHOLD_ENV
 MMAP_THRESHOLD = 1 << 20
 DYNAMIC_CEILING = 32 << 20  # where glibc's own threshold stops rising (64-bit)
 UNDONE_TRIM_THRESHOLD = 1 << 30  # with the threshold undone: the heap's top shrinks at phase boundaries

@@ -25,9 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ..errors import ConfigError, NetworkError
-
-LOOPBACK = "127.0.0.1"  # where a one-machine launch's ranks and store meet
-DEFAULT_PORT = 29500  # torch's and Accelerate's rendezvous port, used over several machines when unset
+from ..records.names import DEFAULT_PORT, LOOPBACK
 
 # Any of these set by the user means they chose the interfaces themselves: we then set none.
 SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")

@@ -17,7 +17,8 @@ import stat
 import tempfile
 import threading
 
-RUN_DIR_ENV = "NOTEBOOK_LAUNCHER_RUN_DIR"  # set by the launchers for their workers
+from ..records.names import RUN_DIR_ENV
+
 PREFIX = "notebook_launcher-"
 
 _own: str | None = None

@@ -12,7 +12,8 @@ the DNS server. A server that drops a query (one that rate-limits, one that cann
 that rank for the resolver's timeout, 5 s by default: one relaunch in twenty took 5.07 s on a
 machine whose DNS server dropped every fiftieth query of a burst (issue 38). A file needs no lookup.
 The TCP store still answers MASTER_ADDR:MASTER_PORT for code that calls init_process_group itself:
-StoreOnDemand hosts it when such a rank connects, so a launch whose ranks never do pays no lookup.
+the notebook launcher hosts it only when such a rank connects (launch/supervise/store_on_demand.py),
+so a launch whose ranks never do pays no lookup.
 """
 
 from __future__ import annotations
@@ -21,11 +22,8 @@ import os
 import socket
 from typing import Any
 
-from .network import LOOPBACK
-from .private_files import RUN_DIR_ENV, is_private_dir
-
-ALL_INTERFACES = ""
-FILE_RENDEZVOUS_ENV = "NOTEBOOK_LAUNCHER_RENDEZVOUS_FILE"  # "1": the ranks meet in the run's file
+from ..records.names import ALL_INTERFACES, FILE_RENDEZVOUS_ENV, LOOPBACK, RUN_DIR_ENV
+from .private_files import is_private_dir
 
 
 def file_rendezvous_env(num_machines: int) -> dict[str, str]:
@@ -105,7 +103,7 @@ def host_store(bind: str, port: int, *, timeout_s: float, multi_tenant: bool = F
         )
     sock = listening_socket(bind, port)
     try:
-        return _store_on(sock, bind, timeout_s, multi_tenant)
+        return store_on_socket(sock, bind, timeout_s, multi_tenant)
     except BaseException:
         sock.close()
         raise
@@ -125,7 +123,7 @@ def listening_socket(bind: str, port: int) -> socket.socket:
     return sock
 
 
-def _store_on(sock: socket.socket, bind: str, timeout_s: float, multi_tenant: bool = False) -> Any:
+def store_on_socket(sock: socket.socket, bind: str, timeout_s: float, multi_tenant: bool = False) -> Any:
     """torch's TCPStore serving on `sock`, which it owns from then on (and closes with the store)."""
     import datetime
 
@@ -142,38 +140,3 @@ def _store_on(sock: socket.socket, bind: str, timeout_s: float, multi_tenant: bo
     )
     sock.detach()
     return store
-
-
-class StoreOnDemand:
-    """A listening socket whose TCPStore is hosted only when a rank connects (its own
-    init_process_group through MASTER_ADDR:MASTER_PORT): the launch's loop watches fileno() and calls
-    host(). Until then no TCPStore exists, so no lookup (see above); the port is this launch's from
-    the start, and close() frees it."""
-
-    def __init__(self, bind: str, port: int, timeout_s: float) -> None:
-        self._sock: socket.socket | None = listening_socket(bind, port)
-        self._bind, self._timeout_s = bind, timeout_s
-        self.port: int = self._sock.getsockname()[1]
-        self.store: Any = None
-
-    def fileno(self) -> int:
-        return self._sock.fileno() if self._sock is not None else -1
-
-    def host(self) -> None:
-        """Host the TCPStore on the socket (a rank is waiting in its queue)."""
-        if self._sock is not None:
-            sock, self._sock = self._sock, None
-            try:
-                self.store = _store_on(sock, self._bind, self._timeout_s)
-            except BaseException:
-                sock.close()
-                raise
-
-    def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-        self.store = None
-
-    def __del__(self) -> None:
-        self.close()

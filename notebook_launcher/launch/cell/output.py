@@ -206,7 +206,8 @@ class CellPrinter:
         self._flushed = time.monotonic()
         if not self._chunks:
             return
-        stream, parts = self._chunks[0][0], []
+        stream = self._chunks[0][0]
+        parts: list[str] = []
         for chunk_stream, text in self._chunks:
             if chunk_stream != stream:
                 self.surface.write(stream, "".join(parts))

@@ -59,7 +59,8 @@ def has_folds(text: str) -> bool:
 
 
 def _records(frames: list[dict[str, Any]], fold: bool, on: bool, label: Labeller | None) -> list[str]:
-    records, run = [], []
+    records: list[str] = []
+    run: list[dict[str, Any]] = []  # library frames waiting to be folded into one line
     items = _collapse_repeats(frames)
     for index, item in enumerate(items):
         if isinstance(item, int):  # a recursing frame's further repeats

@@ -20,9 +20,9 @@ from .. import planning
 from ..events import ProgressUpdate, RunRestarting
 from ..planning import LaunchPlan
 from ..result import LaunchPreempted, RankFailure, RendezvousStalled, RunRecord, WorkerError
+from ..supervise.rendezvous_watch import RETRIES as RENDEZVOUS_RETRIES
 from ..supervise.supervisor import Supervisor, Watch
 from .launcher_signals import LauncherSignals
-from .rendezvous_watch import RETRIES as RENDEZVOUS_RETRIES
 
 RESTART_ON = ("infrastructure", "any")
 _TIMEOUT_WORDS = ("timed out", "timeout")
@@ -58,7 +58,7 @@ def infrastructure_fault(failure: RankFailure) -> str | None:
 def fresh_plan(plan: LaunchPlan, attempt: int) -> LaunchPlan:
     """The same launch with a new rendezvous store (the old one went with the failed attempt) and
     the attempt number for the workers."""
-    addr, port, store = planning.rendezvous(plan.config, plan.config.num_machines, on_demand=True)
+    addr, port, store = planning.rendezvous(plan.request, on_demand=True)
     specs = [
         dataclasses.replace(
             spec,

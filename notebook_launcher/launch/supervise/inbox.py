@@ -13,18 +13,21 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable
+from multiprocessing.connection import Connection
 from typing import Any
 
 from ..cell.traceback_view import fill_source
-from ..events import BarUpdate, MetricLogged, OutputLine, ProgressUpdate, StepsMeasured, WorkerDisplay
+from ..events import BarUpdate, MetricLogged, OutputLine, ProgressUpdate, StepsMeasured, Stream, WorkerDisplay
 from ..result import RankFailure, RunRecord, metric_row
 from ..worker import channel
+from ..worker.entry import UNSENT_ERROR_MARK
 from ..worker.relay import DISPLAY_MARK
 from .display_order import DisplayOrder
 from .memory_watch import MemoryWatch
 from .processes import Worker
 
 MARK_WAIT_SECONDS = 1.0
+TAIL_LINES = 20  # of a rank's output, shown when it died without a Python exception
 
 
 class Inbox:
@@ -47,7 +50,7 @@ class Inbox:
         record.memory = self.memory.record
 
     # ------------------------------------------------------------------ output
-    def read_output(self, worker: Worker, stream: str) -> bool:
+    def read_output(self, worker: Worker, stream: Stream) -> bool:
         """Read what is there; False once the pipe reached end of file (and its last line was emitted)."""
         conn = worker.out if stream == "stdout" else worker.err
         if not conn.poll(0):  # read already: a display message catches up on output first (catch_up)
@@ -65,7 +68,7 @@ class Inbox:
         worker.partial[stream] = self._emit_lines(worker, stream, worker.partial[stream] + chunk)
         return True
 
-    def _emit_lines(self, worker: Worker, stream: str, data: bytes, final: bool = False) -> bytes:
+    def _emit_lines(self, worker: Worker, stream: Stream, data: bytes, final: bool = False) -> bytes:
         """Complete lines go to the record and the observers; a line rewritten with "\r" (a plain
         progress bar, `print(..., end="\r")`) counts as what it shows last, and while it has no
         newline yet, observers get it as a live line."""
@@ -119,7 +122,8 @@ class Inbox:
 
     def drain(self, worker: Worker) -> None:
         """Read whatever an exited worker left in its pipes (without waiting on anything it started)."""
-        for stream, conn in (("stdout", worker.out), ("stderr", worker.err)):
+        pipes: tuple[tuple[Stream, Connection], ...] = (("stdout", worker.out), ("stderr", worker.err))
+        for stream, conn in pipes:
             while not conn.closed and conn.poll(0):
                 if not self.read_output(worker, stream):
                     break
@@ -216,17 +220,18 @@ class Inbox:
 
     def _add_failure(self, worker: Worker, info: dict[str, Any]) -> None:
         exception = channel.rebuild_exception(info)  # None: the traceback text still tells the story
+        traceback_text = fill_source(info["traceback"])
         failure = RankFailure(
             rank=worker.rank,
             exc_type=info["exc_type"],
             message=info["message"],
-            traceback=fill_source(info["traceback"]),
+            traceback=traceback_text,
             time=info["time"],
             exception=exception,
             secondary=info["secondary"] or self.stopped_by_launcher(worker.rank),
             frames=info.get("frames"),
         )
-        for line in failure.traceback.rstrip("\n").split("\n"):
+        for line in traceback_text.rstrip("\n").split("\n"):
             worker.lines.append(line)
         self.record.failures.append(failure)
         self.on_failure()
@@ -238,3 +243,12 @@ def _shown(raw: bytes) -> bytes:
         return raw
     parts = [part for part in raw.split(b"\r") if part.strip()]
     return parts[-1] if parts else b""
+
+
+def output_tail(lines: list[str]) -> str:
+    """The last lines of a rank that died without reporting; all of a traceback it printed itself
+    because its error could not be sent (worker/entry.py)."""
+    for index in range(len(lines) - 1, max(-1, len(lines) - 1000), -1):
+        if lines[index].startswith(UNSENT_ERROR_MARK):
+            return "\n".join(lines[index:])
+    return "\n".join(lines[-TAIL_LINES:])

@@ -14,12 +14,9 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from ...system.store import StoreOnDemand
-from ..events import HangReported, OutputLine, RunFinished, RunStarted, poll_hooks_ask_stop, tick
-from ..faults.rendezvous_watch import RendezvousWatch
-from ..faults.stall import HangWatch, is_dump_line
+from ..events import HangReported, OutputLine, RunFinished, RunStarted, RunStatus, poll_hooks_ask_stop, tick
 from ..planning import LaunchPlan
 from ..result import (
     STARTUP_HINT,
@@ -31,10 +28,11 @@ from ..result import (
     RunRecord,
     WorkerError,
 )
-from ..warm.standby import LaunchState
-from ..worker.entry import STACK_DUMP_SIGNAL, UNSENT_ERROR_MARK
-from ..worker.forksafety import HelperProcesses, release_openmp_threads
-from .inbox import Inbox
+from ..worker.entry import STACK_DUMP_SIGNAL
+from ..worker.standby import LaunchState
+from .forksafety import HelperProcesses, release_openmp_threads
+from .hang_report import HangReport
+from .inbox import Inbox, output_tail
 from .processes import (
     STOP_SIGNALS,
     Worker,
@@ -44,11 +42,16 @@ from .processes import (
     start_worker,
     stop_group,
 )
+from .rendezvous_watch import RendezvousWatch
 from .stacks import QUIET_SECONDS, StackDump
+from .stall import HangWatch, is_dump_line
+from .store_on_demand import StoreOnDemand
 
 GRACE_SECONDS = 3.0
 POLL_SECONDS = 0.05
-TAIL_LINES = 20  # of a rank's output, shown when it died without a Python exception
+
+Outcome = Literal["done", "stopped", "timeout", "rendezvous"]  # why the supervising loop ended
+Source = Literal["stdout", "stderr", "msg", "store", "exit"]  # what a ready descriptor of the loop is
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ class Supervisor:
         self._running_at_stop: list[int] = []
         self.hangs = HangWatch(getattr(plan.config, "stall_timeout", None))
         self.observers.insert(0, self.hangs)
-        self.timeout_report = None
+        self.timeout_report: HangReport | None = None
         self.rendezvous = RendezvousWatch(all_ranks_local=plan.world_size == len(plan.specs))
         self.inbox = Inbox(self.record, self._emit, self._begin_stop, self.stopped_by_us.__contains__)
 
@@ -94,7 +97,8 @@ class Supervisor:
         """Run to completion; raise WorkerError / LaunchTimeout / LaunchStopped / LaunchInterrupted."""
         __tracebackhide__ = True  # IPython: the launcher's frames say nothing about the user's error
         self.started = time.monotonic()
-        status, error, finished = "failed", None, False
+        status: RunStatus = "failed"
+        error, finished = None, False
         if self.plan.pool is not None:
             self.plan.pool.launch_begins()
         try:
@@ -114,13 +118,15 @@ class Supervisor:
                 status, error = "stopped", "interrupted (KeyboardInterrupt)"
                 self._dump_stacks(interruptible=True)
                 raise LaunchInterrupted(self.stacks()) from None
-            status = outcome
+            status = "failed" if outcome == "rendezvous" else outcome
             if outcome == "timeout":
+                assert self.plan.timeout is not None  # the loop times out only under a timeout
                 raise LaunchTimeout(
                     self.plan.timeout, self._running_at_stop, self.stacks(), self.timeout_report
                 )
             if outcome == "rendezvous":
-                status, error = "failed", "the process group did not form (every rank in the rendezvous)"
+                error = "the process group did not form (every rank in the rendezvous)"
+                assert self.rendezvous.seconds is not None  # the loop gives up only after these seconds
                 raise RendezvousStalled(self.rendezvous.seconds, self.stacks(), self.timeout_report)
             if outcome == "stopped":
                 raise LaunchStopped(
@@ -176,7 +182,7 @@ class Supervisor:
             self.selector.register(self.plan.store.fileno(), selectors.EVENT_READ, (None, "store"))
 
     # -------------------------------------------------------------------- loop
-    def _loop(self) -> str:
+    def _loop(self) -> Outcome:
         deadline = None if self.plan.timeout is None else self.started + self.plan.timeout
         while not all(w.exited for w in self.workers):
             self._pump(POLL_SECONDS)
@@ -192,8 +198,8 @@ class Supervisor:
                     self.record.failures.append(orphan)
                     self._begin_stop()
                 self._report_hang_when_due()
-            elif time.monotonic() - self.stopping_since > GRACE_SECONDS:
-                self._kill_remaining()
+            else:
+                self._kill_after_grace()
         return "done"
 
     def _pump(self, timeout: float) -> None:
@@ -204,7 +210,7 @@ class Supervisor:
             self._handle(worker, what, key.fd)
         tick(self.observers)
 
-    def _stop_with_stacks(self, outcome: str) -> str:
+    def _stop_with_stacks(self, outcome: Literal["stopped", "timeout", "rendezvous"]) -> Outcome:
         self._dump_stacks()
         if outcome in ("timeout", "rendezvous"):
             self.timeout_report = self.hangs.report(outcome, self.workers, self.stacks())
@@ -212,8 +218,7 @@ class Supervisor:
         self._begin_stop()
         while not all(w.exited for w in self.workers):
             self._pump(POLL_SECONDS)
-            if time.monotonic() - self.stopping_since > GRACE_SECONDS:
-                self._kill_remaining()
+            self._kill_after_grace()
         return outcome
 
     def _dump_stacks(self, interruptible: bool = False) -> None:
@@ -242,7 +247,7 @@ class Supervisor:
             self.hangs.dumping = False
         self._emit(HangReported(self.hangs.report(reason, self.workers, self.stacks())))
 
-    def _handle(self, worker: Worker, what: str, fd: int) -> None:
+    def _handle(self, worker: Worker, what: Source, fd: int) -> None:
         if what in ("stdout", "stderr"):
             if not self.inbox.read_output(worker, what):
                 self._unregister(fd)
@@ -292,7 +297,7 @@ class Supervisor:
             code == 0 and worker.reported
         ):
             return
-        tail = _output_tail(list(worker.lines))
+        tail = output_tail(list(worker.lines))
         if not worker.started and self.plan.start_method != "fork":
             tail = (tail + "\n" if tail else "") + STARTUP_HINT
         self.record.failures.append(
@@ -319,7 +324,10 @@ class Supervisor:
             return False
         return code > 0 or -code not in STOP_SIGNALS
 
-    def _kill_remaining(self) -> None:
+    def _kill_after_grace(self) -> None:
+        """SIGKILL the workers still running GRACE_SECONDS after the stop began (none before a stop)."""
+        if self.stopping_since is None or time.monotonic() - self.stopping_since <= GRACE_SECONDS:
+            return
         for worker in self.workers:
             if worker.alive:
                 self.killed_by_us.add(worker.rank)
@@ -389,12 +397,3 @@ class Supervisor:
             except Exception as exc:  # an observer must never break the run
                 self.observers.remove(observer)
                 warnings.warn(f"Observer {observer!r} raised {exc!r} and was detached.", stacklevel=2)
-
-
-def _output_tail(lines: list[str]) -> str:
-    """The last lines of a rank that died without reporting; all of a traceback it printed itself
-    because its error could not be sent (worker/entry.py)."""
-    for index in range(len(lines) - 1, max(-1, len(lines) - 1000), -1):
-        if lines[index].startswith(UNSENT_ERROR_MARK):
-            return "\n".join(lines[index:])
-    return "\n".join(lines[-TAIL_LINES:])

@@ -3,7 +3,7 @@
 A kernel that touched CUDA cannot fork its workers; spawning fresh interpreters costs ~1.5 s per
 launch (each imports torch). Instead, `start_method="forkserver"` (what "auto" picks in such a
 kernel) uses Python's forkserver, started once with torch, torch.distributed, DDP's modules and our
-runtime preloaded, and keeps a few workers already forked from it, waiting (standby.py). A launch
+runtime preloaded, and keeps a few workers already forked from it, waiting (worker/standby.py). A launch
 hands each of them its spec and the kernel's current state, and they run it as any worker does.
 
 - Workers are used once: each runs one launch and exits, so nothing a launch did leaks into the
@@ -138,7 +138,7 @@ class WarmPool:
                 pass
 
     def _fork_one(self) -> Waiting:
-        from .standby import standby_worker
+        from ..worker.standby import standby_worker
 
         ctx = self.ensure_server()
         ends: list[Connection] = []

@@ -9,7 +9,7 @@ import torch  # noqa: F401
 import torch.distributed  # noqa: F401
 import torch.nn.parallel  # noqa: F401
 
-import notebook_launcher.launch.warm.standby  # noqa: F401
+import notebook_launcher.launch.worker.standby  # noqa: F401
 import notebook_launcher.runtime  # noqa: F401
 from notebook_launcher.config import LaunchConfig
 

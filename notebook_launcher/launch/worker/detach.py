@@ -103,7 +103,6 @@ def _refuse_widgets(module: ModuleType) -> None:
 
         raise WorkerWidgetError(WIDGET_MESSAGE)
 
-    module.create_comm = create_comm
     manager = None
 
     def get_comm_manager(*args: Any, **kwargs: Any) -> Any:
@@ -114,7 +113,8 @@ def _refuse_widgets(module: ModuleType) -> None:
             manager = CommManager()
         return manager
 
-    module.get_comm_manager = get_comm_manager
+    # a module's attributes are its __dict__ (typeshed's ModuleType declares reading them only)
+    vars(module).update(create_comm=create_comm, get_comm_manager=get_comm_manager)
 
 
 def _logging_to_new_streams() -> None:

@@ -54,10 +54,10 @@ def patch_shell(module: ModuleType) -> None:
     from IPython.core.displaypub import DisplayPublisher
 
     class RelayPublisher(DisplayPublisher):
-        def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):  # type: ignore[override]
+        def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):
             publish(data, metadata, transient, update)
 
-        def clear_output(self, wait=False):  # type: ignore[override]
+        def clear_output(self, wait=False):
             clear(wait)
 
     shell.display_pub = RelayPublisher()
@@ -121,8 +121,8 @@ def patch_display_functions(module: ModuleType) -> None:
             clear(wait)
 
     display.__doc__ = original_display.__doc__
-    module.display = display
-    module.clear_output = clear_output
+    # a module's attributes are its __dict__ (typeshed's ModuleType declares reading them only)
+    vars(module).update(display=display, clear_output=clear_output)
 
 
 _formatter_instance: Any = None

@@ -39,10 +39,12 @@ def _redirect_output(out_conn: Connection, err_conn: Connection) -> None:
     os.dup2(err_conn.fileno(), 2)
     out_conn.close()
     err_conn.close()
-    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
+    # typeshed marks sys.__stdout__/__stderr__ Final; code that restores sys.stdout from them must get
+    # these streams, not the kernel's
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(  # type: ignore[misc]
         io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="replace", line_buffering=True
     )
-    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(  # type: ignore[misc]
         io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True
     )
 
@@ -85,8 +87,9 @@ def _let_go_of_the_forkserver() -> None:
             os.close(fd)
         except OSError:
             pass
-    server._forkserver_alive_fd = None
-    server._forkserver_address = None
+    # CPython's private attributes, which typeshed's ForkServer does not declare
+    server._forkserver_alive_fd = None  # type: ignore[attr-defined]
+    server._forkserver_address = None  # type: ignore[attr-defined]
 
 
 def _reset_inherited_state() -> None:
@@ -99,9 +102,10 @@ def _reset_inherited_state() -> None:
 
     preemption.reset()
     preemption.install_handlers()  # SIGTERM / SIGUSR1: a graceful stop once an Accelerator listens
-    state_module = sys.modules.get("notebook_launcher.runtime.world.state")
-    if state_module is not None:
-        state_module._STATE = None
+    if "notebook_launcher.runtime.world.state" in sys.modules:  # loaded already: importing costs nothing
+        from ...runtime.world import state
+
+        state._STATE = None
     sys.displayhook = sys.__displayhook__  # a forked kernel's hook would talk to the kernel's sockets
 
 
@@ -229,7 +233,8 @@ def _flush_queues() -> None:
     import threading
     from multiprocessing import util
 
-    flushing = threading.Thread(target=util._run_finalizers, daemon=True)
+    # CPython's private function, which typeshed's multiprocessing.util does not declare
+    flushing = threading.Thread(target=util._run_finalizers, daemon=True)  # type: ignore[attr-defined]
     flushing.start()
     flushing.join(2.0)
 

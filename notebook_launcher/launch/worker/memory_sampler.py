@@ -16,9 +16,10 @@ import threading
 import time
 from typing import Any
 
+from ...records.names import MEMORY_INTERVAL_ENV
 from ...system.host_memory import memory_limit, process_memory
 
-INTERVAL_ENV = "NOTEBOOK_LAUNCHER_MEMORY_INTERVAL"
+INTERVAL_ENV = MEMORY_INTERVAL_ENV
 DEFAULT_INTERVAL = 1.0
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -18,7 +18,10 @@ from ..world.state import ProcessState
 
 
 class ProcessAPI:
-    state: ProcessState
+    if TYPE_CHECKING:  # read only here: the Accelerator's attribute, PartialState's property
+
+        @property
+        def state(self) -> ProcessState: ...
 
     # ------------------------------------------------------------- identity
     @property

@@ -1,8 +1,9 @@
 """The run's DeviceMesh from a ParallelismConfig: Accelerate's dim names, order and flattened dims
 ("dp", "dp_shard_cp", "dp_cp"), and which ranks share data.
 
-Ranks are laid out row-major over (dp_replicate, dp_shard, cp, tp): tp is the fastest dimension,
-so tensor-parallel partners are neighbours (one machine), as torchtitan places them.
+Ranks are laid out row-major over (pp, dp_replicate, dp_shard, cp, tp): tp is the fastest dimension,
+so tensor-parallel partners are neighbours (one machine), as torchtitan places them; pipeline stages
+are the outermost (the slowest links carry only activations between stages).
 """
 
 from __future__ import annotations
@@ -97,15 +98,17 @@ def local_rank(mesh: Any, dim: str) -> int:
 
 def data_rank_and_size(config: ParallelismConfig | None, rank: int, world_size: int) -> tuple[int, int]:
     """(index, count) the data loaders shard by: the data-parallel coordinates only, so ranks that
-    differ only in tp/cp read the same batches."""
+    differ only in tp/cp (or in their pipeline stage) read the same batches."""
     if config is None:
         return rank, world_size
-    inner = config.non_data_parallel_size
-    return rank // inner, world_size // inner
+    inner, stage_width = config.non_data_parallel_size, world_size // config._size("pp")
+    return (rank % stage_width) // inner, stage_width // inner
 
 
 def data_leaders(config: ParallelismConfig | None, world_size: int) -> list[int]:
-    """One rank per data-parallel group (tp = cp = 0), in data-rank order: whose samples count."""
+    """One rank per data-parallel group (tp = cp = 0; the last pipeline stage, which holds the
+    outputs), in data-rank order: whose samples count."""
     if config is None:
         return list(range(world_size))
-    return list(range(0, world_size, config.non_data_parallel_size))
+    stage_width = world_size // config._size("pp")
+    return list(range(world_size - stage_width, world_size, config.non_data_parallel_size))

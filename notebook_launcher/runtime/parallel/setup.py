@@ -38,5 +38,7 @@ def mesh_and_strategy(parallelism: ParallelismConfig | None, process: Any) -> tu
     if parallelism is None or process.world_size == 1:
         return None, None
     mesh = build_mesh(parallelism, process.device.type)
+    if parallelism.pp_enabled:
+        return mesh, "PIPELINE"
     split = parallelism.tp_enabled or parallelism.dp_shard_enabled or parallelism.cp_enabled
     return mesh, ("PARALLELISM" if split else None)

@@ -68,6 +68,13 @@ class ModelParallelStrategy(FSDPStrategy):
         model = self.convert_precision(model)
         if self.fsdp.fsdp_sync_module_states and self.state.world_size > 1:
             _broadcast_plain_tensors(model)
+        model = self.split_module(model)
+        self._remember_new_parameters(before, model)
+        self.precision.wrap_forward(model)
+        return model
+
+    def split_module(self, model: nn.Module) -> nn.Module:
+        """Tensor parallel on "tp", then FSDP2 over the data dims (each pipeline stage gets this too)."""
         if self.parallelism.tp_enabled:
             model, route = apply_tensor_parallel(
                 model, self.device_mesh, self.parallelism.tp_handler, cast(int, self.parallelism.tp_size)
@@ -80,8 +87,6 @@ class ModelParallelStrategy(FSDPStrategy):
             options = self._shard_options()
             for unit in [*layers, model]:
                 fully_shard(unit, **options)
-        self._remember_new_parameters(before, model)
-        self.precision.wrap_forward(model)
         return model
 
     def clip_grad_norm_(self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0):
@@ -90,17 +95,21 @@ class ModelParallelStrategy(FSDPStrategy):
         params = [p for p in parameters if p.grad is not None]
         if not params:
             return torch.tensor(0.0)
-        norms = []
-        for p in params:
-            norm = torch.linalg.vector_norm(p.grad, norm_type)
-            norms.append(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
-        total = torch.linalg.vector_norm(torch.stack([n.float() for n in norms]), norm_type)
+        total = self.total_grad_norm(params, norm_type)
         coef = min(float(max_norm) / (float(total) + 1e-6), 1.0)  # torch's clip_grads_with_norm_ rule
         if coef < 1.0:
             with torch.no_grad():
                 for p in params:
                     cast(torch.Tensor, p.grad).mul_(coef)  # params: those with a grad
         return total
+
+    def total_grad_norm(self, params: list[torch.Tensor], norm_type: float) -> torch.Tensor:
+        """The norm of these parameters' gradients over every rank's pieces."""
+        norms = []
+        for p in params:
+            norm = torch.linalg.vector_norm(p.grad, norm_type)
+            norms.append(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+        return torch.linalg.vector_norm(torch.stack([n.float() for n in norms]), norm_type)
 
 
 def _broadcast_plain_tensors(model: nn.Module) -> None:

@@ -18,6 +18,8 @@ _REGISTRY = {
     "DEEPSPEED": "notebook_launcher.runtime.strategies.deepspeed:DeepSpeedStrategy",
     # not a distributed_type: a ParallelismConfig's mesh (TP and/or FSDP2/HSDP), chosen by parallel/setup.py
     "PARALLELISM": "notebook_launcher.runtime.parallel.strategy:ModelParallelStrategy",
+    # a mesh with a "pp" dim: the model cut into stages, each split as PARALLELISM splits a model
+    "PIPELINE": "notebook_launcher.runtime.parallel.pipeline.strategy:PipelineStrategy",
 }
 
 

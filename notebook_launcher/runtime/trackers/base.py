@@ -202,7 +202,21 @@ class ResumableTracker(BuiltinTracker):
         raise NotImplementedError
 
 
-class ConfigCarryingTracker(ResumableTracker):
+class RunObjectTracker(ResumableTracker):
+    """A tracker whose library's `init(project=...)` returns a run object that logs with
+    `run.log(values, step=...)` and ends with `run.finish()` (W&B, SwanLab, Trackio). The library
+    decides what each process sends, so every process opens the run (`main_process_only = False`,
+    as Accelerate), and it keeps its own files (no logging directory)."""
+
+    requires_logging_directory = False
+    main_process_only = False
+    run: Any  # the library's run object, set by start()
+
+    def _write(self, values: dict, step: int | None, **kwargs: Any) -> None:
+        self.run.log(values, step=step, **kwargs)
+
+
+class ConfigCarryingTracker(RunObjectTracker):
     """A tracker whose library resumes a run by its id (`id=`, `resume="allow"`) and keeps the config
     on the run (W&B, SwanLab): the config `init_trackers` gave a fresh run moves to the saved one."""
 

@@ -16,10 +16,7 @@ class SwanLabTracker(ConfigCarryingTracker):
     """Accelerate's SwanLabTracker: `run_name` is the SwanLab project; kwargs go to `swanlab.init`."""
 
     name = "swanlab"
-    requires_logging_directory = False
-    main_process_only = False
     packages = (("swanlab", ("swanlab",)),)
-    run: Any  # the library\'s run object, set by start()
 
     def _open(self, kwargs: dict) -> Any:
         import swanlab
@@ -35,9 +32,6 @@ class SwanLabTracker(ConfigCarryingTracker):
 
         swanlab.config.update(values, allow_val_change=True)
         self._config.update(values)
-
-    def _write(self, values: dict, step: int | None, **kwargs: Any) -> None:
-        self.run.log(values, step=step, **kwargs)
 
     @on_main_process
     def log_images(self, values: dict, step: int | None = None, **kwargs: Any) -> None:

@@ -8,17 +8,14 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from .base import ResumableTracker, on_main_process
+from .base import RunObjectTracker, on_main_process
 
 
-class TrackioTracker(ResumableTracker):
+class TrackioTracker(RunObjectTracker):
     """Accelerate's TrackioTracker: `run_name` is the Trackio project; kwargs go to `trackio.init`."""
 
     name = "trackio"
-    requires_logging_directory = False
-    main_process_only = False
     packages = (("trackio", ("trackio",)),)
-    run: Any  # the library\'s run object, set by start()
 
     def _resume_kwargs(self, state: dict) -> dict:
         return {"name": state["name"], "resume": "allow"}
@@ -34,9 +31,6 @@ class TrackioTracker(ResumableTracker):
         import trackio
 
         trackio.config.update(values, allow_val_change=True)
-
-    def _write(self, values: dict, step: int | None, **kwargs: Any) -> None:
-        self.run.log(values, step=step, **kwargs)
 
     def _saved_run(self) -> dict | None:
         return {"project": self.run.project, "name": self.run.name}

@@ -17,10 +17,7 @@ class WandBTracker(TableLogger, ConfigCarryingTracker):
     """Accelerate's WandBTracker: `run_name` is the W&B project; kwargs go to `wandb.init`."""
 
     name = "wandb"
-    requires_logging_directory = False
-    main_process_only = False
     packages = (("wandb", ("wandb",)),)
-    run: Any  # the library\'s run object, set by start()
 
     def _open(self, kwargs: dict) -> Any:
         import wandb
@@ -33,9 +30,6 @@ class WandBTracker(TableLogger, ConfigCarryingTracker):
     def store_init_configuration(self, values: dict) -> None:
         self.run.config.update(values, allow_val_change=True)
         self._config.update(values)
-
-    def _write(self, values: dict, step: int | None, **kwargs: Any) -> None:
-        self.run.log(values, step=step, **kwargs)
 
     @on_main_process
     def log_images(self, values: dict, step: int | None = None, **kwargs: Any) -> None:

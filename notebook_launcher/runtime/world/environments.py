@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ...errors import ClusterEnvironmentError
-from ...system.network import DEFAULT_PORT, LOOPBACK
+from ...records.names import DEFAULT_PORT, LOOPBACK
 from ...system.schedulers import batch_job, derived_port, slurm_step
 
 KUBEFLOW_VARIABLES = ("PET_NPROC_PER_NODE", "PET_NNODES", "PET_NODE_RANK")

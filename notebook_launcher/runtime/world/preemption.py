@@ -20,7 +20,7 @@ import signal
 import time
 from typing import Any
 
-from ...config.env import GRACEFUL_PREEMPTION_ENV
+from ...records.names import GRACEFUL_PREEMPTION_ENV, PREEMPTION_CHECK_ENV
 from ...system.signals import PREEMPTION_REQUEST_SIGNAL, signal_name
 from .. import telemetry
 
@@ -131,7 +131,7 @@ def _proposed_interval() -> int:
 
 def _check_seconds() -> float:
     try:
-        return float(os.environ.get("NOTEBOOK_LAUNCHER_PREEMPTION_CHECK_SECONDS", CHECK_SECONDS))
+        return float(os.environ.get(PREEMPTION_CHECK_ENV, CHECK_SECONDS))
     except ValueError:
         return CHECK_SECONDS
 

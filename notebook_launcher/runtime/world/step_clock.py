@@ -23,7 +23,7 @@ import os
 import time
 from typing import Any
 
-from ...estimate.performance import REPORT_ENV
+from ...records.names import REPORT_ENV
 from ...system.private_files import is_private_dir, write_private
 from .. import telemetry
 
@@ -46,6 +46,7 @@ class StepClock:
         self._last_grad = 0.0
         self._forward_began = 0.0
         self._sent = 0.0
+        self.pipeline: dict[str, Any] | None = None  # a pipeline rank's last step (its timeline)
 
     # --------------------------------------------------------------- recording
     def add(self, part: str, seconds: float) -> None:
@@ -102,7 +103,13 @@ class StepClock:
             self._send()
 
     def summary(self) -> dict[str, Any]:
-        return {"steps": self.steps, **{f"{name}_s": value for name, value in self.totals.items()}}
+        out: dict[str, Any] = {
+            "steps": self.steps,
+            **{f"{name}_s": value for name, value in self.totals.items()},
+        }
+        if self.pipeline is not None:
+            out["pipeline"] = self.pipeline
+        return out
 
     def metrics(self) -> dict[str, float]:
         """Per-step means in milliseconds, under keys accelerator.log() takes as they are."""

@@ -11,11 +11,13 @@ import ipywidgets as widgets
 
 from ...config import LaunchConfig
 from ...config.parallelism import from_section, mesh_coordinates
+from ...config.pipeline import SCHEDULES
 from ...errors import ConfigError
 from .fields import Field
 
 _PREFIX = "parallelism_config.parallelism_config_"
 _SIZES = (
+    ("pp_size", "pipeline stages"),
     ("dp_replicate_size", "data replicas"),
     ("dp_shard_size", "FSDP2 shards"),
     ("tp_size", "tensor parallel"),
@@ -24,17 +26,28 @@ _SHARD_COLOURS = ("#dbeafe", "#dcfce7", "#fef9c3", "#fce7f3", "#ede9fe", "#ffedd
 
 
 class MeshSection:
-    """dp_replicate x dp_shard x tp; all 1 means no mesh (the strategy buttons decide)."""
+    """pp x dp_replicate x dp_shard x tp; all 1 means no mesh (the strategy buttons decide)."""
 
     def __init__(self) -> None:
         self.sizes = {
             name: Field(_PREFIX + name, label, widgets.IntText(1, layout=widgets.Layout(width="120px")))
             for name, label in _SIZES
         }
-        self.fields = list(self.sizes.values())
+        self.schedule = Field(  # used when pp_size > 1
+            _PREFIX + "pp_schedule",
+            "pipeline schedule",
+            widgets.Dropdown(options=list(SCHEDULES), value="1f1b", layout=widgets.Layout(width="180px")),
+        )
+        self.microbatches = Field(
+            _PREFIX + "pp_n_microbatches",
+            "micro-batches",
+            widgets.IntText(0, layout=widgets.Layout(width="120px")),
+            help="each batch is cut into this many (0: the number of stages)",
+        )
+        self.fields = [*self.sizes.values(), self.schedule, self.microbatches]
         self.grid = widgets.HTML("")
         self.box = widgets.VBox(
-            [widgets.HTML("<b>Mesh</b> (ParallelismConfig: replicas × shards × tensor parallel)")]
+            [widgets.HTML("<b>Mesh</b> (ParallelismConfig: stages × replicas × shards × tensor parallel)")]
             + [f.box for f in self.fields]
             + [self.grid]
         )
@@ -44,6 +57,8 @@ class MeshSection:
         section = config.parallelism_config or {}
         for name, field in self.sizes.items():
             field.widget.value = int(section.get(f"parallelism_config_{name}", 1))
+        self.schedule.widget.value = section.get("parallelism_config_pp_schedule", "1f1b")
+        self.microbatches.widget.value = int(section.get("parallelism_config_pp_n_microbatches") or 0)
 
     def read(self, processes: int) -> dict[str, Any]:
         """{"parallelism_config": section}; a ConfigError on the tp field when the product is not the
@@ -55,15 +70,27 @@ class MeshSection:
         if all(v == 1 for v in values.values()):
             self.grid.value = ""
             return {"parallelism_config": {}}
-        product = values["dp_replicate_size"] * values["dp_shard_size"] * values["tp_size"]
+        product = (
+            values["pp_size"] * values["dp_replicate_size"] * values["dp_shard_size"] * values["tp_size"]
+        )
         if product != processes:
             self.grid.value = ""
+            stages = f"stages {values['pp_size']} × " if values["pp_size"] > 1 else ""
             raise ConfigError(
-                f"{_PREFIX}tp_size={values['tp_size']}: replicas {values['dp_replicate_size']} × shards "
+                f"{_PREFIX}tp_size={values['tp_size']}: {stages}replicas {values['dp_replicate_size']} × shards "
                 f"{values['dp_shard_size']} × tensor parallel {values['tp_size']} = {product}, but processes = "
                 f"{processes}. Make the product equal the number of processes."
             )
-        section = {f"parallelism_config_{name}": value for name, value in values.items()}
+        section: dict[str, Any] = {f"parallelism_config_{name}": value for name, value in values.items()}
+        if values["pp_size"] > 1:
+            section["parallelism_config_pp_schedule"] = self.schedule.widget.value
+            if self.microbatches.widget.value:
+                section["parallelism_config_pp_n_microbatches"] = self.microbatches.widget.value
+            try:
+                from_section(section)
+            except ConfigError as error:  # shown beside the micro-batches, before anything launches
+                self.grid.value = ""
+                raise ConfigError(f"{_PREFIX}pp_n_microbatches: {error}") from None
         self.grid.value = mesh_grid_html(section, processes)
         return {"parallelism_config": section}
 
@@ -79,15 +106,17 @@ def mesh_grid_html(section: dict[str, Any], world_size: int) -> str:
         config.check_world_size(world_size)
     except ConfigError:
         return ""
-    rows: dict[tuple[int, int, int], list[dict[str, int]]] = {}
+    rows: dict[tuple[int, int, int, int], list[dict[str, int]]] = {}
     for coords in mesh_coordinates(config, world_size):
-        rows.setdefault((coords["dp_replicate"], coords["dp_shard"], coords["cp"]), []).append(coords)
+        key = (coords["pp"], coords["dp_replicate"], coords["dp_shard"], coords["cp"])
+        rows.setdefault(key, []).append(coords)
     head = "".join(f"<th>tp {t}</th>" for t in range(cast(int, config.tp_size)))  # set by __post_init__
     body = []
-    for (replica, shard, _cp), cells in rows.items():
+    for (stage, replica, shard, _cp), cells in rows.items():
         colour = _SHARD_COLOURS[shard % len(_SHARD_COLOURS)]
         tds = "".join(f'<td style="background:{colour};padding:2px 8px">rank {c["rank"]}</td>' for c in cells)
-        body.append(f"<tr><th>replica {replica} · shard {shard}</th>{tds}</tr>")
+        where = (f"stage {stage} · " if config.pp_enabled else "") + f"replica {replica} · shard {shard}"
+        body.append(f"<tr><th>{where}</th>{tds}</tr>")
     caption = (
         "same row: one tensor-parallel group, same batches · same column: the same piece of each "
         "split layer · colour: the FSDP2 shard it holds of the rest"

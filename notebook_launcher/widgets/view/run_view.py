@@ -27,6 +27,7 @@ from .ansi_html import ansi_to_html
 from .chart import svg_chart
 from .hang_view import HangBox
 from .kernel_pump import CommPump
+from .pipeline_view import has_pipeline, pipeline_html
 from .run_state import RunState
 from .steps_view import steps_html
 
@@ -71,6 +72,8 @@ class RunView(widgets.VBox):
         self.steps_pane = widgets.HTML(steps_html({}), layout=widgets.Layout(width="100%"))
         self.steps_pane.add_class("nl-pane-steps")
         self._drawn_steps: dict[int, Any] = {}
+        self.pipeline_pane = widgets.HTML("", layout=widgets.Layout(width="100%"))  # a tab once a
+        self.pipeline_pane.add_class("nl-pane-pipeline")  # pipeline step is measured
         self.metric_select = widgets.Dropdown(
             options=[], description="metric", layout=widgets.Layout(width="220px")
         )
@@ -197,6 +200,10 @@ class RunView(widgets.VBox):
             if self.state.steps != self._drawn_steps:  # the "steps" tab: where each rank's time goes
                 self._drawn_steps = dict(self.state.steps)
                 self.steps_pane.value = steps_html(self._drawn_steps)
+                if has_pipeline(self._drawn_steps):
+                    self.pipeline_pane.value = pipeline_html(self._drawn_steps)
+                    if self.pipeline_pane not in self.tabs.children:
+                        self._set_ranks(self.state.ranks)
             self._draw_progress()
             self._draw_bars()
             self._draw_chart()
@@ -220,8 +227,11 @@ class RunView(widgets.VBox):
             if key not in self.panes:
                 self.panes[key] = widgets.HTML(_pre([]), layout=widgets.Layout(width="100%"))
                 self.panes[key].add_class(f"nl-pane-{'all' if key == ALL_RANKS else f'rank-{key}'}")
-        self.tabs.children = [self.panes[key] for key in keys] + [self.steps_pane]
-        self.tabs.titles = ["all ranks"] + [f"rank {rank}" for rank in ranks] + ["steps"]
+        pipeline = [self.pipeline_pane] if self.pipeline_pane.value else []
+        self.tabs.children = [self.panes[key] for key in keys] + [self.steps_pane] + pipeline
+        self.tabs.titles = (
+            ["all ranks"] + [f"rank {rank}" for rank in ranks] + ["steps"] + ["pipeline"] * len(pipeline)
+        )
         self._drawn_lines.clear()
         options = [(f"rank {rank}", rank) for rank in ranks] + (
             [("all ranks", ALL_RANKS)] if len(ranks) > 1 else []

@@ -45,9 +45,15 @@ def steps_html(figures: dict[int, dict[str, Any]]) -> str:
             f'<div style="display:flex;height:14px;width:{width * 0.6:.1f}%;min-width:2px">{bar}</div>'
             f"<span>{rank.step_ms:.1f} ms/step ({html.escape(label)} ms)</span></div>"
         )
-    legend = " ".join(
-        f'<span style="display:inline-block;width:10px;height:10px;background:{c}"></span> {n}'
-        for n, c in COLOURS.items()
-    )
-    rows.append(f'<div style="font-size:11px;color:#555;margin-top:4px">{legend}</div>')
+    rows.append(colour_legend(COLOURS.items()))
     return "".join(rows)
+
+
+def colour_legend(items: Any, note: str = "") -> str:
+    """One line of coloured squares with their names ((name, colour) pairs), then `note`: the legend
+    under the steps and pipeline tabs."""
+    legend = " ".join(
+        f'<span style="display:inline-block;width:10px;height:10px;background:{colour}"></span> {name}'
+        for name, colour in items
+    )
+    return f'<div style="font-size:11px;color:#555;margin-top:4px">{legend}{note}</div>'

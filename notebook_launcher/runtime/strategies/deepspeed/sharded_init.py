@@ -102,5 +102,5 @@ class _OneParameterAtATime(nn.Module):
         self._dtype = dtype
         self._replaced = replaced
 
-    def parameters(self, recurse: bool = True):  # type: ignore[override]
+    def parameters(self, recurse: bool = True):
         return mat.materialized_parameters(self._model[0], self._device, self._dtype, self._replaced)

@@ -61,15 +61,15 @@ class EngineOptimizer(torch.optim.Optimizer):
         self.optimizer = user_optimizer if user_optimizer is not None else engine.optimizer
 
     @property
-    def param_groups(self):  # type: ignore[override]
+    def param_groups(self):
         return self.optimizer.param_groups
 
     @property
-    def state(self):  # type: ignore[override]
+    def state(self):
         return self.optimizer.state
 
     @property
-    def defaults(self):  # type: ignore[override]
+    def defaults(self):
         return getattr(self.optimizer, "defaults", {})
 
     def step(self, closure: Any = None) -> None:  # type: ignore[override]

@@ -27,7 +27,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from ....errors import AcceleratorError
-from ...checkpointing.writers import FileWriter
+from ...checkpointing.writers import FileWriter, ImmediateWriter
 
 # Gathering a full state dict: each tensor is gathered and moved to the CPU one at a time, onto rank 0
 # only (torch keeps ranks_only=(0,) with cpu_offload), as Accelerate's get_state_dict does. Without
@@ -35,6 +35,9 @@ from ...checkpointing.writers import FileWriter
 _GATHER_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 _LOAD_FULL = StateDictOptions(full_state_dict=True)  # every rank passes the full dict it read
 _SHARDED = StateDictOptions(full_state_dict=False)
+# Optimizer state keyed by parameter name, not by group index: pipeline stages hold different
+# parameters, and index-keyed param groups of one stage would overwrite another's in the folder.
+SHARDED_BY_NAME = StateDictOptions(full_state_dict=False, flatten_optimizer_state_dict=True)
 
 
 def sharded_model_dir(folder: Path, index: int) -> Path:
@@ -97,32 +100,41 @@ def load_full_optimizer_state(model: nn.Module, optimizer: Any, state: dict[str,
 
 
 # ---------------------------------------------------------------------- sharded checkpoints
-def save_sharded(folder: Path, models: list[nn.Module], optimizers: list[Any], writer: FileWriter) -> None:
+def save_sharded(
+    folder: Path,
+    models: list[nn.Module],
+    optimizers: list[Any],
+    options: StateDictOptions = _SHARDED,
+    writer: FileWriter | None = None,
+) -> None:
     """Every rank writes its shards of every model and optimizer (torch.distributed.checkpoint), through
     writer (at once, or staged and written by the asynchronous save's thread)."""
+    writer = writer or ImmediateWriter()
     for i, model in enumerate(models):
-        state: dict[str, Any] = {"model": get_model_state_dict(model, options=_SHARDED)}
+        state: dict[str, Any] = {"model": get_model_state_dict(model, options=options)}
         writer.dcp_save(state, sharded_model_dir(folder, i))
     for i, optimizer in enumerate(optimizers):
         model = model_of(optimizer, models)
-        state = {"optimizer": get_optimizer_state_dict(model, inner_optimizer(optimizer), options=_SHARDED)}
+        state = {"optimizer": get_optimizer_state_dict(model, inner_optimizer(optimizer), options=options)}
         writer.dcp_save(state, sharded_optimizer_dir(folder, i))
 
 
-def load_sharded(folder: Path, models: list[nn.Module], optimizers: list[Any]) -> None:
+def load_sharded(
+    folder: Path, models: list[nn.Module], optimizers: list[Any], options: StateDictOptions = _SHARDED
+) -> None:
     """Read the shards this rank needs, whatever number of ranks wrote them."""
     for i, model in enumerate(models):
         path = _existing(sharded_model_dir(folder, i), "model", i)
-        state: dict[str, Any] = {"model": get_model_state_dict(model, options=_SHARDED)}
+        state: dict[str, Any] = {"model": get_model_state_dict(model, options=options)}
         dcp.load(state, checkpoint_id=str(path))
-        set_model_state_dict(model, state["model"], options=_SHARDED)
+        set_model_state_dict(model, state["model"], options=options)
     for i, optimizer in enumerate(optimizers):
         path = _existing(sharded_optimizer_dir(folder, i), "optimizer", i)
         model = model_of(optimizer, models)
         inner = inner_optimizer(optimizer)
-        state = {"optimizer": get_optimizer_state_dict(model, inner, options=_SHARDED)}
+        state = {"optimizer": get_optimizer_state_dict(model, inner, options=options)}
         dcp.load(state, checkpoint_id=str(path))
-        set_optimizer_state_dict(model, inner, state["optimizer"], options=_SHARDED)
+        set_optimizer_state_dict(model, inner, state["optimizer"], options=options)
 
 
 def _existing(path: Path, what: str, index: int) -> Path:

@@ -232,7 +232,7 @@ class FSDPStrategy(Strategy):
     ) -> None:
         writer = writer or ImmediateWriter()
         if self.fsdp.fsdp_state_dict_type == "SHARDED_STATE_DICT":
-            ckpt.save_sharded(folder, models, optimizers, writer)
+            ckpt.save_sharded(folder, models, optimizers, writer=writer)
             return
         states = [ckpt.full_model_state(m) for m in models]
         opt_states = [ckpt.full_optimizer_state(ckpt.model_of(o, models), o) for o in optimizers]

@@ -20,10 +20,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...records.activity import ENV, read_record
-from ...system.private_files import RUN_DIR_ENV, make_private_dir
+from ...records.names import RUN_DIR_ENV
+from ...system.private_files import make_private_dir
 from ..events import MetricLogged, OutputLine, ProgressUpdate
-from ..supervise.processes import Worker
 from .hang_report import HangReport, make_report, ranks_from
+from .processes import Worker
 
 _DUMP_LINE = re.compile(
     r'^(\s*File ".*", line \d+ in .*|(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):'

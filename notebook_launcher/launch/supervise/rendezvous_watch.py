@@ -26,9 +26,10 @@ from typing import Any
 
 from ...errors import ConfigError
 from ...records.activity import Activity
+from ...records.names import RENDEZVOUS_STALL_ENV
 from ..result import RankFailure
 
-ENV = "NOTEBOOK_LAUNCHER_RENDEZVOUS_STALL_SECONDS"
+ENV = RENDEZVOUS_STALL_ENV
 DEFAULT_SECONDS = 60.0
 RETRIES = 1  # starts again after a stalled rendezvous, on top of (and not counted in) max_restarts
 CHECK_EVERY = 0.5  # seconds between two reads of the ranks' records

@@ -1,4 +1,4 @@
-"""A warm-pool worker (pool.py): forked ahead of time from the pool's server, where torch and our
+"""A warm-pool worker (warm/pool.py): forked ahead of time from the pool's server, where torch and our
 runtime are already imported, it waits for one launch, takes on that launch's state, runs it as
 any worker does (worker/entry.py), and exits.
 
@@ -51,7 +51,7 @@ def standby_worker(
     out_conn: Connection, err_conn: Connection, msg_conn: Connection, assign: Connection
 ) -> None:
     """Entry point of a warm-pool worker: prepare, wait for (spec, LaunchState), run, exit."""
-    from ..worker.entry import prepare_process, run_prepared
+    from .entry import prepare_process, run_prepared
 
     prepare_process(out_conn, err_conn)
     try:

@@ -114,7 +114,7 @@ def judge(ranks: list[RankState], now: float) -> tuple[str, str]:
     joining = [r for r in running if r.activity is not None and r.activity.in_rendezvous]
     if joining:
         absent = [r for r in running if r not in joining]
-        waited = _seconds(now - min(r.activity.since for r in joining))
+        waited = _seconds(now - _earliest_entry(joining))
         if not absent:
             return RENDEZVOUS, (
                 f"{_ranks(joining)} {_verb(joining)} in the rendezvous (init_process_group) for {waited}: "
@@ -133,7 +133,7 @@ def judge(ranks: list[RankState], now: float) -> tuple[str, str]:
         return MISMATCH, "ranks are in different collectives: " + "; ".join(parts)
     if groups:
         ((name, members),) = groups.items()
-        waited = _seconds(now - min(r.activity.since for r in members))
+        waited = _seconds(now - _earliest_entry(members))
         absent = [r for r in running if r not in members]
         if not absent:
             return ALL_IN_ONE, (
@@ -165,6 +165,11 @@ def judge(ranks: list[RankState], now: float) -> tuple[str, str]:
     )
 
 
+def _earliest_entry(states: list[RankState]) -> float:
+    """When the first of these ranks entered what they wait in (each of them has a record)."""
+    return min(state.activity.since for state in states if state.activity is not None)
+
+
 def _status(state: RankState, now: float) -> str:
     if state.exited:
         return "exited"
@@ -172,7 +177,7 @@ def _status(state: RankState, now: float) -> str:
     if act is not None and act.in_rendezvous:
         return "in the rendezvous (init_process_group)"
     name = state.collective()
-    if name:
+    if name and act is not None:  # a collective's name comes only from an activity record
         return f"in {name} for {_seconds(now - act.since)}"
     done = f", after {act.count} collectives" if act is not None else ""
     return f"at {state.where}{done}"

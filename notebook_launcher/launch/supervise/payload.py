@@ -19,7 +19,7 @@ def pickle_target(fn: Any, args: tuple, kwargs: dict, say: Callable[[str], None]
     GPU tensors among them (captured by fn or passed in) are sent on the CPU and named in a note:
     unpickled as they are, every rank would restore its copy onto cuda:0.
     """
-    from .host_pickle import describe_moved, dumps
+    from ..worker.host_pickle import describe_moved, dumps
 
     try:
         payload, moved = dumps((fn, args, kwargs))
@@ -50,7 +50,7 @@ def _target_items(fn: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
 
 def _holders_of_gpu_tensors(fn: Any, args: tuple, kwargs: dict) -> str:
     """'args[0] and the variable 'model' that train uses': where the moved tensors came from."""
-    from .host_pickle import moves_tensors
+    from ..worker.host_pickle import moves_tensors
 
     items = _target_items(fn, args, kwargs)
     del items["fn"]

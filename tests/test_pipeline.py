@@ -1,0 +1,343 @@
+"""Pipeline parallelism (issue 35): real CPU processes (gloo) train an nn.Sequential cut into stages
+and end with the weights of one-process training on the same global batches, within the noise
+floor measured in the same test (tests/noise_floor.py); save_state/load_state resume bitwise;
+save_model and merge-weights give the full model under its own names; every bad size is a
+ConfigError naming it."""
+
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+from noise_floor import assert_losses_within_floor, assert_weights_within_floor
+from pipeline_trainers import cases, make_model, reference, save_and_resume
+
+from notebook_launcher import ParallelismConfig, notebook_launch
+from notebook_launcher.config.pipeline import check_batch, units
+from notebook_launcher.errors import AcceleratorError, ConfigError
+from notebook_launcher.runtime.parallel.pipeline.cut import stage_unit_names
+from notebook_launcher.utils import TorchPipelineParallelConfig
+
+TIMEOUT = 240
+
+
+def _check(out: dict, batch: int, steps: int, what: str, **kwargs) -> None:
+    want = reference(batch, steps, **kwargs)
+    nudged = reference(batch, steps, nudge=True, **kwargs)
+    assert_weights_within_floor(out["weights"], want["weights"], nudged["weights"], what)
+    if batch == out.get("local_batch", batch):
+        assert_losses_within_floor(out["losses"], want["losses"], nudged["losses"], what)
+        if isinstance(out["eval_loss"], str):  # eval_step: gpipe and 1f1b only
+            assert out["eval_loss"].startswith("AcceleratorError: model.eval_step runs gpipe and 1f1b"), what
+        else:  # forward only, after training: the trained model's loss on the first batch
+            evals = [out["eval_loss"]], [want["eval_loss"]], [nudged["eval_loss"]]
+            assert_losses_within_floor(*evals, what + " eval")
+
+
+def _two(items, folder):
+    return cases(items), save_and_resume({"pp_size": 2}, 8, folder)
+
+
+def test_every_schedule_on_two_processes_equals_one_process():
+    """GPipe with gradient accumulation, 1F1B with accumulation and clipping across stages, interleaved 1F1B (2 virtual
+    stages per rank) cut at named split points, the zero-bubble V schedule with the loss given at
+    the first step; then save_state / load_state / save_model / merge-weights on a pipeline."""
+    items = [
+        (({"pp_size": 2}, 8, 3), {"schedule": "gpipe", "n_microbatches": 4, "accumulate": 2}),
+        (({"pp_size": 2}, 8, 3), {"schedule": "1f1b", "n_microbatches": 4, "accumulate": 2, "clip": 0.05}),
+        (
+            ({"pp_size": 2}, 8, 3),
+            {"schedule": "interleaved_1f1b", "split_points": ["layers.0", "layers.2", "layers.3"]},
+        ),
+        (({"pp_size": 2}, 8, 3), {"schedule": "zbv_zero_bubble", "n_microbatches": 4, "loss_in_step": True}),
+        (({"pp_size": 2}, 8, 3), {"schedule": "1f1b", "n_microbatches": 4, "mixed_precision": "bf16"}),
+    ]
+    folder = tempfile.mkdtemp()
+    result = notebook_launch(_two, args=(items, folder), num_processes=2, timeout=TIMEOUT)
+    (gpipe, one_f, interleaved, zbv, bf16), resume = result[0]
+    _check(gpipe, 8, 3, "gpipe + accumulation", accumulate=2)  # (clipping would hide its scale)
+    assert isinstance(gpipe["eval_loss"], float) and isinstance(interleaved["eval_loss"], str)
+    _check(one_f, 8, 3, "1f1b + accumulation + clipping", accumulate=2, clip=0.05)
+    _check(interleaved, 8, 3, "interleaved_1f1b")
+    _check(zbv, 8, 3, "zbv_zero_bubble")
+    want = reference(8, 3)["weights"]  # bf16 autocast in every stage: close, not equal
+    gap = max((bf16["weights"][k] - want[k]).abs().max().item() for k in want)
+    assert 1e-6 < gap < 5e-2  # above: the stages did compute in bf16
+    # the loss comes back on every rank, the same; clipping saw the norm over both stages
+    assert [r[0][1]["losses"] for r in result] == [one_f["losses"]] * 2
+    assert one_f["norms"] == result[1][0][1]["norms"] and len(one_f["norms"]) == 3
+    # each rank holds only its stages' blocks, under the model's own names
+    assert gpipe["local_keys"] == sorted(
+        k for k in make_model().state_dict() if k.startswith(("embed.", "layers.0.", "layers.1."))
+    )
+    assert [r[0][2]["stages"] for r in result] == [[0, 2], [1, 3]]  # interleaved: looped placement
+    assert [r[0][3]["stages"] for r in result] == [[0, 3], [1, 2]]  # zero-bubble V
+    # interleaved: stages 0 and 2 of [embed] [layers.0-1] [layers.2] [layers.3, head]
+    assert interleaved["local_keys"] == sorted(
+        k for k in make_model().state_dict() if k.startswith(("embed.", "layers.2."))
+    )
+    for r in result:
+        assert r[0][0]["local_params"] < r[0][0]["whole_params"] * 0.6
+    # the first stage's rank let go of the blocks it does not hold (once prepare's result replaced them)
+    assert result[0][0][0]["last_block_freed"] and not result[1][0][0]["last_block_freed"]
+    # checkpoints: an exact resume; full weights that load into the plain model
+    assert all(torch.equal(resume["resumed"][k], resume["straight"][k]) for k in resume["straight"])
+    plain = make_model()
+    from safetensors.torch import load_file
+
+    plain.load_state_dict(load_file(f"{folder}/model/model.safetensors"))
+    want, nudged = reference(8, 4), reference(8, 4, nudge=True)
+    assert_weights_within_floor(plain.state_dict(), want["weights"], nudged["weights"], "save_model")
+    from notebook_launcher.cli.merge_weights import merge_weights
+
+    merged = load_file(str(merge_weights(Path(folder) / "ckpt", Path(folder) / "merged")))
+    want, nudged = reference(8, 2), reference(8, 2, nudge=True)
+    assert_weights_within_floor(merged, want["weights"], nudged["weights"], "merge-weights of save_state")
+    _check_the_measured_schedule(result.performance)
+
+
+def _check_the_measured_schedule(performance) -> None:
+    """result.performance carries each stage's last step (the last launch's pipeline: 1f1b, m = 2)
+    and the RunView draws it as the pipeline tab: one lane per stage, a block per micro-batch."""
+    from notebook_launcher import RunView
+    from notebook_launcher.launch.events import StepsMeasured
+
+    pipes = {r.rank: r.pipeline for r in performance.ranks}
+    assert [pipes[rank]["stages"] for rank in (0, 1)] == [[0], [1]]
+    for pipe in pipes.values():
+        assert pipe["schedule"] == "1f1b" and pipe["ideal_bubble"] == pytest.approx(1 / 3)
+        assert 0.0 <= pipe["mean_bubble"] < 1.0
+        assert sorted((kind, chunk) for _, kind, chunk, _, _ in pipe["blocks"]) == [
+            ("B", 0), ("B", 1), ("F", 0), ("F", 1)
+        ]  # fmt: skip
+        starts = {(kind, chunk): t0 for _, kind, chunk, t0, _ in pipe["blocks"]}
+        assert starts["F", 0] < starts["F", 1] and starts["B", 0] < starts["B", 1]  # measured order
+    assert "stage(s) [0]" in str(performance) and "ideal 0.333" in str(performance)
+    view = RunView()
+    for rank, pipe in pipes.items():
+        view(StepsMeasured(rank, {"steps": 2, "step_s": 0.01, "pipeline": pipe}))
+    view.refresh()
+    assert view.tabs.titles[-1] == "pipeline"
+    drawn = view.pipeline_pane.value
+    assert drawn.count("nl-pipeline-lane") == 2 and drawn.count("nl-pipeline-block") == 8
+    assert "rank 1 · stage(s) [1]" in drawn and "(ideal 0.333)" in drawn
+
+
+@pytest.mark.slow
+def test_four_stages_and_pipeline_by_fsdp2_and_by_tp_on_four_processes():
+    """PP=4 (1F1B), PP=2 x FSDP2=2 with accumulation and clipping, PP=2 x TP=2 interleaved."""
+    items = [
+        (({"pp_size": 4}, 8, 3), {"schedule": "1f1b"}),
+        (
+            ({"pp_size": 2, "dp_shard_size": 2}, 8, 2),
+            {"schedule": "1f1b", "n_microbatches": 2, "accumulate": 2, "clip": 0.05},
+        ),
+        (({"pp_size": 2, "tp_size": 2}, 8, 3), {"schedule": "interleaved_1f1b", "n_microbatches": 4}),
+    ]
+    result = notebook_launch(cases, args=(items,), num_processes=4, timeout=TIMEOUT)
+    pp4, fsdp, tp = result[0]
+    _check(pp4, 8, 3, "pp=4")
+    assert [r[0]["stages"] for r in result] == [[0], [1], [2], [3]] and pp4["mesh_dims"] == ("pp",)
+    assert fsdp["mesh_dims"] == ("pp", "dp_shard")
+    fsdp["local_batch"] = 8  # two data shards of 8: a global batch of 16, losses are per shard
+    _check(fsdp, 16, 2, "pp x fsdp2", accumulate=2, clip=0.05)
+    assert tp["mesh_dims"] == ("pp", "tp")
+    _check(tp, 8, 3, "pp x tp")
+    assert [r[2]["stages"] for r in result] == [[0, 2], [0, 2], [1, 3], [1, 3]]
+
+
+@pytest.mark.slow
+def test_three_dimensions_pipeline_by_fsdp2_by_tp_on_eight_processes():
+    """PP=2 (interleaved, 2 stages per rank) x FSDP2=2 x TP=2, with accumulation and clipping."""
+    items = [
+        (
+            ({"pp_size": 2, "dp_shard_size": 2, "tp_size": 2}, 8, 2),
+            {"schedule": "interleaved_1f1b", "n_microbatches": 2, "accumulate": 2, "clip": 0.05},
+        )
+    ]
+    result = notebook_launch(cases, args=(items,), num_processes=8, timeout=TIMEOUT)
+    out = result[0][0]
+    assert out["mesh_dims"] == ("pp", "dp_shard", "tp")
+    assert [r[0]["stages"] for r in result] == [[0, 2]] * 4 + [[1, 3]] * 4
+    out["local_batch"] = 8  # two data shards of 8: a global batch of 16
+    _check(out, 16, 2, "pp x fsdp2 x tp", accumulate=2, clip=0.05)
+    assert len({tuple(r[0]["norms"]) for r in result}) == 1  # one norm over every stage and piece
+
+
+# ------------------------------------------------------------------ sizes that do not fit
+def test_bad_pipeline_sizes_are_config_errors_naming_the_value():
+    with pytest.raises(ConfigError, match="n_microbatches=2 is fewer than the pp_size=4"):
+        ParallelismConfig(pp_size=4, pp_handler=TorchPipelineParallelConfig(n_microbatches=2))
+    with pytest.raises(ConfigError, match="n_microbatches=3 must be a multiple of pp_size=2"):
+        ParallelismConfig(pp_size=2, pp_handler=TorchPipelineParallelConfig("interleaved_1f1b", 3))
+    with pytest.raises(ConfigError, match="split_points=\\['layers.1', 'layers.2'\\] names 2 cut"):
+        ParallelismConfig(
+            pp_size=2, pp_handler=TorchPipelineParallelConfig(split_points=["layers.1", "layers.2"])
+        )
+    with pytest.raises(ConfigError, match="schedule='gpipe' runs one stage per rank, but virtual_stages=2"):
+        TorchPipelineParallelConfig("gpipe", virtual_stages=2)
+    with pytest.raises(ConfigError, match="'zero_bubble'.*allowed values"):
+        TorchPipelineParallelConfig("zero_bubble")
+    with pytest.raises(ConfigError, match="pp_size=2 with dp_replicate_size=2 and dp_shard_size=1"):
+        ParallelismConfig(pp_size=2, dp_replicate_size=2)
+    with pytest.raises(ConfigError, match="multiplies to 4, but the run has world size 3"):
+        ParallelismConfig(pp_size=2, dp_shard_size=2).check_world_size(3)
+    with pytest.raises(ConfigError, match="batch of 6 samples does not divide into n_microbatches=4"):
+        check_batch(6, 4)
+
+
+def test_what_a_pipeline_refuses_inside_the_ranks():
+    from pipeline_trainers import misuses
+
+    result = notebook_launch(misuses, num_processes=2, timeout=TIMEOUT)
+    assert result[0] == result[1] and len(result[0]) == 4
+    split, batch, call, backward = result[0]
+    assert split.startswith(
+        "ConfigError: TorchPipelineParallelConfig split_points names 'layer.2', which is no"
+    )
+    assert "Did you mean 'layers.2'?" in split
+    assert batch.startswith("ConfigError: The batch of 6 samples does not divide into n_microbatches=4")
+    assert call.startswith("AcceleratorError: A pipeline-parallel model holds only its stage(s)")
+    assert backward.startswith("AcceleratorError: In a pipeline, `loss = model.step(inputs, target)`")
+
+
+def test_a_launch_whose_pipeline_does_not_fit_its_processes_starts_nothing():
+    with pytest.raises(ConfigError, match="world size 2"):
+        notebook_launch(torch.zeros, num_processes=2, parallelism_config=ParallelismConfig(pp_size=4))
+
+
+def test_where_the_model_is_cut():
+    blocks = units(make_model(6))
+    assert [n for n, _ in blocks] == ["embed", *(f"layers.{i}" for i in range(6)), "head"]
+    # even by parameter count: the small embed and head ride with the blocks beside them
+    assert stage_unit_names(blocks, 2, None) == [
+        ["embed", "layers.0", "layers.1", "layers.2"],
+        ["layers.3", "layers.4", "layers.5", "head"],
+    ]
+    assert stage_unit_names(blocks, 3, ["layers.1", "layers.5"])[1] == [
+        "layers.1",
+        "layers.2",
+        "layers.3",
+        "layers.4",
+    ]
+    with pytest.raises(
+        ConfigError, match="split_points names 'layer.3', which is no block.*Did you mean 'layers.3'"
+    ):
+        stage_unit_names(blocks, 2, ["layer.3"])
+    with pytest.raises(ConfigError, match="8 blocks .* for 9 pipeline stages"):
+        stage_unit_names(blocks, 9, None)
+    with pytest.raises(AcceleratorError, match="cuts an nn.Sequential into stages, but got Linear"):
+        units(torch.nn.Linear(2, 2))
+
+
+def test_the_pipeline_axis_in_the_mesh_the_data_ranks_and_the_yaml_section():
+    from notebook_launcher.config.parallelism import check_section, from_section, mesh_coordinates, to_section
+    from notebook_launcher.runtime.parallel.mesh import data_leaders, data_rank_and_size
+
+    pc = ParallelismConfig(
+        pp_size=2,
+        dp_shard_size=2,
+        pp_handler=TorchPipelineParallelConfig("interleaved_1f1b", 4, 2, ["layers.2"] * 3),
+    )
+    assert pc.mesh_layout() == (("pp", "dp_shard"), (2, 2)) and pc.total_size == 4
+    # pipeline stages are the outermost dim; ranks of different stages read the same batches
+    assert [c["pp"] for c in mesh_coordinates(pc, 4)] == [0, 0, 1, 1]
+    assert [data_rank_and_size(pc, r, 4) for r in range(4)] == [(0, 2), (1, 2), (0, 2), (1, 2)]
+    assert data_leaders(pc, 4) == [2, 3]  # the last stage holds the outputs
+    section = to_section(pc)
+    assert section["parallelism_config_pp_schedule"] == "interleaved_1f1b"
+    back = from_section(check_section(section))
+    assert back.pp_size == 2 and back.pp_handler == TorchPipelineParallelConfig(
+        "interleaved_1f1b", 4, 2, ["layers.2"] * 3
+    )
+    with pytest.raises(ConfigError, match="loss_fn does not travel"):
+        check_section(
+            ParallelismConfig(
+                pp_size=2, pp_handler=TorchPipelineParallelConfig(loss_fn=torch.nn.functional.mse_loss)
+            )
+        )
+
+
+CLI_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+from pipeline_trainers import make_data, make_model
+from notebook_launcher import Accelerator
+
+accelerator = Accelerator()
+pc = accelerator.parallelism_config
+model = make_model()
+opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+model, opt, loader = accelerator.prepare(model, opt, DataLoader(make_data(), batch_size=8))
+for i, (x, y) in enumerate(loader):
+    if i == 3:
+        break
+    loss = model.step(x, target=y, loss_fn=nn.functional.mse_loss)
+    opt.step()
+    opt.zero_grad()
+    accelerator.print("loss", loss.item())
+state = accelerator.get_state_dict(model)
+if accelerator.is_main_process:
+    torch.save(state, {out!r})
+print("rank", accelerator.process_index, pc.pp_handler.schedule, pc.pp_handler.n_microbatches, model.stage_ids)
+"""
+
+
+@pytest.mark.slow
+def test_the_cli_flags_carry_the_pipeline_to_the_workers(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    out = tmp_path / "weights.pt"
+    script.write_text(CLI_SCRIPT.format(tests=str(Path(__file__).parent), out=str(out)))
+    flags = ["--cpu", "--num_processes", "2", "--parallelism_config_pp_size", "2"]
+    flags += ["--parallelism_config_pp_schedule", "gpipe", "--parallelism_config_pp_n_microbatches", "4"]
+    flags += ["--parallelism_config_pp_split_points", "layers.3"]
+    done = subprocess.run(
+        [sys.executable, "-m", "notebook_launcher", "launch", *flags, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "rank 0 gpipe 4 [0]" in done.stdout and "rank 1 gpipe 4 [1]" in done.stdout, done.stdout
+    want, nudged = reference(8, 3), reference(8, 3, nudge=True)
+    assert_weights_within_floor(torch.load(out), want["weights"], nudged["weights"], "CLI gpipe")
+
+
+def test_the_straggler_verdict_names_the_slow_stage():
+    from notebook_launcher.estimate.performance import PerformanceReport
+
+    def payload(rank, compute_s, wait_s):
+        pipe = {
+            "stages": [rank],
+            "schedule": "1f1b",
+            "microbatches": 4,
+            "mean_bubble": wait_s,
+            "ideal_bubble": 0.2,
+        }
+        return {"steps": 10, "step_s": 10.0, "forward_s": compute_s, "wait_s": wait_s * 10, "pipeline": pipe}
+
+    report = PerformanceReport.from_payloads({0: payload(0, 4.0, 0.5), 1: payload(1, 9.0, 0.02)})
+    assert report.kind == "compute straggler" and report.straggler == 1
+    assert report.verdict.startswith("rank 1 (pipeline stage(s) [1]) is the straggler: its compute takes")
+    assert "rank 0 stage(s) [0]: bubble 0.500 (ideal 0.200, 1f1b, 4 micro-batches)" in str(report)
+
+
+def test_estimate_memory_keeps_the_largest_stage():
+    from notebook_launcher import estimate_memory
+
+    model = make_model(6)
+    stages = stage_unit_names(units(model), 2, None)
+    modules = dict(model.named_modules())
+    largest = max(sum(p.numel() for name in stage for p in modules[name].parameters()) for stage in stages)
+    row = estimate_memory(lambda: make_model(6), 2, strategies=["DDP"], pp_size=2).rows[-1]
+    assert (row.strategy, row.processes, row.parameters) == ("PP=2", 2, 4 * largest)
+    ddp = estimate_memory(lambda: make_model(6), 2, strategies=["DDP"]).rows[0]
+    assert row.parameters < 0.6 * ddp.parameters
+    both = estimate_memory(lambda: make_model(6), 4, strategies=["DDP"], pp_size=2, dp_shard_size=2).rows[-1]
+    assert both.strategy == "PP=2 x FSDP=2" and both.processes == 4 and both.parameters < row.parameters
