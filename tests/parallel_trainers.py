@@ -182,10 +182,17 @@ def compositions(cases: list) -> list:
     return [train_on_mesh(*args, **kwargs) for args, kwargs in cases]
 
 
-def save_and_resume(sizes: dict, batch: int, folder: str, sharded: bool = False) -> dict:
+def save_and_resume(
+    sizes: dict, batch: int, folder: str, sharded: bool = False, async_save: bool = False
+) -> dict:
     """Train 2 steps, save_state, train 2 more; a fresh model and optimizer load_state and train the
-    same 2: both must end equal. save_model's safetensors must hold the full weights."""
+    same 2: both must end equal. save_model's safetensors must hold the full weights.
+    async_save: the save is written in the background, its writer held until the 2 more steps are
+    done (a save that did not stage its own copy would write the later weights)."""
+    import threading
+
     from notebook_launcher import Accelerator, ParallelismConfig
+    from notebook_launcher.runtime.checkpointing import async_save as saving
     from notebook_launcher.utils import FullyShardedDataParallelPlugin, TorchTensorParallelConfig
 
     def setup():
@@ -208,8 +215,12 @@ def save_and_resume(sizes: dict, batch: int, folder: str, sharded: bool = False)
     accelerator, model, opt, loader = setup()
     batches = list(loader)
     steps(accelerator, model, opt, batches[:2])
-    accelerator.save_state(f"{folder}/ckpt")
+    trained = threading.Event()
+    if async_save:
+        saving.saver().before_write = lambda index, path: trained.wait()
+    accelerator.save_state(f"{folder}/ckpt", async_save=async_save)
     steps(accelerator, model, opt, batches[2:4])
+    trained.set()
     straight = accelerator.get_state_dict(model)
     accelerator.save_model(model, f"{folder}/model")
     accelerator.wait_for_everyone()

@@ -24,11 +24,16 @@ def train(
     total_limit: int | None = 2,
     preempt: dict | None = None,
     sleep: float = 0.0,
+    async_save: bool = False,
+    kill_index: int = 0,
+    periodic: bool = False,
 ) -> dict:
     """Train to total_steps; rank kill_rank dies (kill_how) after step kill_at of the first attempt.
 
     kill_how: "SIGKILL" (the OOM killer), "exit" (os._exit without an exception), "raise" (a Python
     error), "in_save" (SIGKILL while the next save_state() is writing). preempt={"rank", "at", "to",
+    "in_async_write" (async_save: SIGKILL from the background writer, just before its write number
+    kill_index of the save made after step kill_at, a multiple of every). preempt={"rank", "at", "to",
     "signal"} sends that signal to this rank's worker ("worker") or to the launcher ("launcher")
     after step `at`; the loop then saves and returns when accelerator.preempted. The ranks agree on a
     request every preempt["check_seconds"] (default 0: at every optimizer step, so a test knows the step).
@@ -43,7 +48,11 @@ def train(
         os.environ["NOTEBOOK_LAUNCHER_PREEMPTION_CHECK_SECONDS"] = str(preempt.get("check_seconds", 0))
         from notebook_launcher.runtime.world import preemption
     config = ProjectConfiguration(
-        project_dir=project_dir, automatic_checkpoint_naming=True, total_limit=total_limit
+        project_dir=project_dir,
+        automatic_checkpoint_naming=True,
+        total_limit=total_limit,
+        async_save=async_save,
+        save_every_n_steps=every if periodic else None,  # then no save_state() call in the loop
     )
     accelerator = Accelerator(project_config=config)
     set_seed(0)
@@ -71,6 +80,16 @@ def train(
                 os.kill(os.getpid(), signal.SIGKILL)
 
         accelerator.register_save_state_pre_hook(die_while_saving)
+    if kill_how == "in_async_write" and first and rank == kill_rank:
+        from notebook_launcher.runtime.checkpointing import async_save as saving
+
+        doomed = f".checkpoint_{kill_at // every - 1}.partial"  # the save after step kill_at
+
+        def die_while_writing(index, path):
+            if path.parent.name == doomed and index == kill_index:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        saving.saver().before_write = die_while_writing
     while progress.value < total_steps:
         for x, y in loader:
             loss = nn.functional.mse_loss(model(x), y)
@@ -81,7 +100,7 @@ def train(
             progress.value += 1
             if sleep:
                 time.sleep(sleep)
-            if progress.value % every == 0:
+            if progress.value % every == 0 and not periodic:
                 accelerator.save_state()
             if first and rank == kill_rank and progress.value == kill_at:
                 if kill_how == "SIGKILL":

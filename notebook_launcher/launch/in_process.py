@@ -20,6 +20,7 @@ from .result import LaunchResult, metric_row
 
 def run_in_process(fn: Callable[..., Any], args: tuple, kwargs: dict, config: LaunchConfig) -> LaunchResult:
     from ..runtime import reset_state, telemetry
+    from ..runtime.checkpointing.async_save import wait_for_checkpoints
     from ..system.hardware import ranks_run_on_cpu
 
     one = dict.fromkeys(("world_size", "local_world_size"), 1)  # rank 0 of a world of one, no rendezvous
@@ -41,6 +42,7 @@ def run_in_process(fn: Callable[..., Any], args: tuple, kwargs: dict, config: La
     try:
         with patched_environ(env):
             value = fn(*args, **kwargs)
+            wait_for_checkpoints("the end of the launched function")  # an async save_state still writing
     finally:
         telemetry.set_sink(None)
         reset_state()

@@ -24,6 +24,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.gradient_state = gradient_state
         # Accelerate's name: its scheduler (and its tests) read and set it to mark an overflowed step
         self._is_overflow = False
+        self.steps_taken = 0
 
     # Delegated attributes that torch (schedulers, clip utilities) reads directly.
     @property
@@ -70,6 +71,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
 
     def _step(self, kwargs: dict[str, Any]) -> None:
         self._is_overflow = self.precision.optimizer_step(self.optimizer, **kwargs)
+        self.steps_taken += 1  # ProjectConfiguration(save_every_n_steps=...) counts these
         preemption.agree(self.precision.device)  # every rank meets here: agree on a preemption request
 
     @property

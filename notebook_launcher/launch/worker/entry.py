@@ -165,6 +165,7 @@ def run_prepared(spec: WorkerSpec, target: Any, msg_conn: Connection) -> None:
         _count_collectives()
         _start_together()
         value = fn(*args, **kwargs)
+        _finish_checkpoints()
         sampler.stop()
         _send_step_figures()
         _send_result(channel, value, spec.rank)
@@ -186,6 +187,14 @@ def _count_collectives() -> None:
     from ...runtime.world import collective_log
 
     collective_log.install()
+
+
+def _finish_checkpoints() -> None:
+    """An asynchronous save_state still writing when the function returned is finished (a bounded wait,
+    said in the log) before the worker exits (runtime/checkpointing/async_save.py)."""
+    saving = sys.modules.get("notebook_launcher.runtime.checkpointing.async_save")
+    if saving is not None:
+        saving.wait_for_checkpoints("the end of the launched function")
 
 
 def _send_step_figures() -> None:

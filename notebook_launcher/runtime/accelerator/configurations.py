@@ -59,6 +59,11 @@ class ProjectConfiguration:
     With automatic_checkpoint_naming, save_state() writes `{project_dir}/checkpoints/checkpoint_{i}`
     (i = iteration, +1 per save) and keeps at most total_limit of them; load_state() without a
     folder loads the newest. logging_dir defaults to project_dir.
+
+    async_save (ours; Accelerate has no asynchronous save): save_state()'s default for its async_save
+    argument: return once the state is copied to host memory and write it in the background.
+    save_every_n_steps (ours): save_state() (automatic naming, total_limit rotation) every N optimizer
+    steps, at the end of the training batch, without a call in the loop (checkpointing/periodic.py).
     """
 
     project_dir: str | None = None
@@ -67,6 +72,8 @@ class ProjectConfiguration:
     total_limit: int | None = None
     iteration: int = 0
     save_on_each_node: bool = False
+    async_save: bool = False
+    save_every_n_steps: int | None = None
 
     def set_directories(self, project_dir: str | os.PathLike[str] | None = None) -> None:
         """Set project_dir, and logging_dir too when it was not given."""
@@ -86,6 +93,13 @@ class ProjectConfiguration:
             raise ConfigError(
                 f"ProjectConfiguration.total_limit={self.total_limit!r} must be a whole number >= 1 "
                 "(how many checkpoints to keep), or None to keep all."
+            )
+        _check_bool("ProjectConfiguration.async_save", self.async_save)
+        every = self.save_every_n_steps
+        if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
+            raise ConfigError(
+                f"ProjectConfiguration.save_every_n_steps={every!r} must be a whole number >= 1 (optimizer "
+                "steps between checkpoints), or None to save only when save_state() is called."
             )
         if isinstance(self.iteration, bool) or not isinstance(self.iteration, int) or self.iteration < 0:
             raise ConfigError(

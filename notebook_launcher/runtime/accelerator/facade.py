@@ -264,6 +264,7 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, 
             use_seedable_sampler=self.dataloader_config.use_seedable_sampler,
             data_seed=self.dataloader_config.data_seed,
         )
+        loader.periodic_saves = self._periodic_saves()  # ProjectConfiguration.save_every_n_steps
         self._dataloaders.append(loader)
         return loader
 

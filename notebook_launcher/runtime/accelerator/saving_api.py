@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import os
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -18,8 +19,11 @@ from torch.utils.hooks import RemovableHandle
 
 from ...errors import AcceleratorError, AcceleratorValueError
 from .. import memory_phases, telemetry
+from ..checkpointing import async_save as async_save_module
 from ..checkpointing import checkpoint, model_files, naming
+from ..checkpointing.periodic import PeriodicSaves
 from ..checkpointing.safe_files import save_safetensors
+from ..checkpointing.writers import StagedWriter
 from ..precision.mixed import Precision
 from ..world.state import reset_state, teardown_on_end
 
@@ -35,6 +39,7 @@ class SavingAPI:
     self.project_configuration and ProcessAPI."""
 
     save_iteration: int  # the next automatic checkpoint's number
+    _periodic: PeriodicSaves | None  # ProjectConfiguration.save_every_n_steps's counter, once made
     # declared only: the Accelerator sets them, and its other mixins define the methods below
     step: int
     strategy: Strategy
@@ -140,40 +145,100 @@ class SavingAPI:
         return handle
 
     def save_state(
-        self, output_dir: str | os.PathLike[str] | None = None, safe_serialization: bool = True, **_: Any
+        self,
+        output_dir: str | os.PathLike[str] | None = None,
+        safe_serialization: bool = True,
+        async_save: bool | None = None,
+        **_: Any,
     ) -> Path:
         """Save models, optimizers, schedulers, scaler, RNG, loader positions and registered objects.
 
         With ProjectConfiguration(automatic_checkpoint_naming=True) (or no output_dir and a project_dir)
         the folder is `{project_dir}/checkpoints/checkpoint_{save_iteration}` and at most total_limit
         checkpoints are kept, the oldest deleted once the new one is complete.
+
+        async_save=True (default: ProjectConfiguration.async_save) returns once the state is copied to
+        host memory; a background thread writes the files and renames the folder into place only when
+        every rank's files are complete (checkpointing/async_save.py). The returned path is where the
+        folder appears once published; a later save_state, load_state or end_training waits for that.
         """
+        started = time.perf_counter()
         project = self.project_configuration
+        use_async = project.async_save if async_save is None else async_save
+        if use_async and not self.strategy.supports_async_save:
+            raise AcceleratorError(
+                f"save_state(async_save=True) is not supported with {type(self.strategy).__name__}: DeepSpeed's "
+                "engine writes its checkpoint itself (save_checkpoint, with collectives on its partitions), with "
+                "no step that copies the state to host memory for a background write. Use save_state() "
+                "(async_save=False, or ProjectConfiguration(async_save=False))."
+            )
+        async_save_module.finish_pending()  # a second save waits for the first
         automatic = project.automatic_checkpoint_naming or output_dir is None
         if automatic:
             output_dir = naming.new_checkpoint_dir(self.project_dir, self.save_iteration)
-        self.wait_for_everyone()
-        path = checkpoint.save_state(
-            self._training_objects(),
-            self._ranks(),
-            cast("str | os.PathLike[str]", output_dir),  # automatic when it was None
-            safe_serialization=safe_serialization,
-            staging=Path(cast(str, self.project_dir))
-            if automatic
-            else None,  # set: new_checkpoint_dir checked
-        )
-        if automatic and self.is_main_process:
-            naming.rotate(path.parent, project.total_limit, keep=path)
-        self.wait_for_everyone()
+        target = cast("str | os.PathLike[str]", output_dir)  # automatic when it was None
+        staging = Path(cast(str, self.project_dir)) if automatic else None  # set: new_checkpoint_dir checked
+        if use_async:
+            path = self._save_state_in_background(target, staging, automatic, safe_serialization, started)
+        else:
+            self.wait_for_everyone()
+            path = checkpoint.save_state(
+                self._training_objects(),
+                self._ranks(),
+                target,
+                safe_serialization=safe_serialization,
+                staging=staging,
+            )
+            if automatic and self.is_main_process:
+                naming.rotate(path.parent, project.total_limit, keep=path)
+            self.wait_for_everyone()
+            if self.is_main_process:  # the launcher names it on a restart or preemption
+                telemetry.emit("checkpoint", path=str(path))
         project.iteration += 1
-        if self.is_main_process:
-            telemetry.emit("checkpoint", path=str(path))  # the launcher names it on a restart or preemption
         memory_phases.phase_ended()  # the state dicts and file buffers are garbage now
         return path
 
+    def _save_state_in_background(
+        self,
+        output_dir: str | os.PathLike[str],
+        staging: Path | None,
+        automatic: bool,
+        safe_serialization: bool,
+        started: float,
+    ) -> Path:
+        """Stage on this thread, write and publish on the saver's (checkpointing/async_save.py).
+        The record's blocked time runs from the save_state call (waiting for the previous save too)."""
+        saver = async_save_module.saver()
+        writer = StagedWriter(saver.buffers, saver.group())
+        final, partial = checkpoint.folders(output_dir, staging)
+        ranks = self._ranks()
+        checkpoint.begin(partial, ranks)
+        saver.buffers.reset_count()
+        checkpoint.write_state_files(self._training_objects(), ranks, partial, writer, safe_serialization)
+        record = async_save_module.CheckpointRecord(
+            step=self.step,
+            folder=str(final),
+            blocked_s=time.perf_counter() - started,
+            staged_bytes=saver.buffers.copied_bytes,
+        )
+        is_main, total_limit = ranks.is_main, self.project_configuration.total_limit
+
+        def publish() -> None:  # on the saver's thread, once every rank's files are complete
+            if not is_main:
+                return
+            checkpoint.publish(partial, final)
+            if automatic:
+                naming.rotate(final.parent, total_limit, keep=final)
+            telemetry.emit("checkpoint", path=str(final), step=record.step, blocked_s=record.blocked_s)
+
+        saver.submit(writer, record, started, publish)
+        return final
+
     def load_state(self, input_dir: str | os.PathLike[str] | None = None, **_: Any) -> None:
         """Restore a save_state folder; without one, the newest automatic checkpoint (and save_iteration
-        moves past it, so the next save_state does not collide with it)."""
+        moves past it, so the next save_state does not collide with it). A save still being written
+        (async_save) is finished first."""
+        async_save_module.finish_pending()
         if input_dir is None:
             input_dir = naming.latest_checkpoint(self.project_dir)
             number = naming.checkpoint_number(input_dir) or 0
@@ -182,6 +247,21 @@ class SavingAPI:
         self.step = overrides.get("step", self.step)
         self._continue_tracker_runs(input_dir)
         memory_phases.phase_ended()
+
+    def _periodic_saves(self) -> PeriodicSaves | None:
+        """ProjectConfiguration.save_every_n_steps for the prepared loaders (one counter for all)."""
+        every = self.project_configuration.save_every_n_steps
+        if every is None:
+            return None
+        if self.project_dir is None:
+            naming.checkpoints_folder(None)  # raises: periodic saves are named automatically
+        if getattr(self, "_periodic", None) is None:
+
+            def optimizer_steps() -> int:
+                return max((getattr(o, "steps_taken", 0) for o in self._optimizers), default=0)
+
+            self._periodic = PeriodicSaves(every, optimizer_steps, self.save_state)
+        return self._periodic
 
     def _training_objects(self) -> checkpoint.TrainingObjects:
         held = ("models", "optimizers", "schedulers", "dataloaders", "custom_objects")
@@ -220,11 +300,13 @@ class SavingAPI:
 
     def end_training(self) -> None:
         """Wait for every process, then tear down the process group (as Accelerate does) and forget
-        this run's state, so a new Accelerator starts fresh.
+        this run's state, so a new Accelerator starts fresh. A save still being written (async_save) is
+        finished first, up to a bound said in the log (checkpointing/async_save.py).
 
         Inside notebook_launch's workers the group is kept until the worker exits: destroying a gloo
         group while a DDP model still referenced it made the model's destructor hang when the
         training function returned (seen intermittently), and the worker exits without teardown.
         """
+        async_save_module.wait_for_checkpoints("end_training()")
         self.wait_for_everyone()
         reset_state(destroy_process_group=teardown_on_end())

@@ -33,6 +33,7 @@ import torch
 
 from ...errors import AcceleratorError
 from .model_files import SAFE_WEIGHTS_NAME, WEIGHTS_NAME, load_weights_file, match_keys
+from .writers import FileWriter, ImmediateWriter
 
 SCALER_NAME = "scaler.pt"
 TRACKERS_NAME = "trackers.json"
@@ -117,13 +118,37 @@ def save_state(
     out of the checkpoints folder, which then only ever holds complete checkpoints (a resume that
     checks `os.listdir(checkpoints)` is not misled by a save a killed rank left unfinished).
     """
+    final, partial = folders(output_dir, staging)
+    begin(partial, ranks)
+    write_state_files(objects, ranks, partial, ImmediateWriter(), safe_serialization)
+    ranks.wait_for_everyone()
+    if ranks.is_main:
+        publish(partial, final)
+    ranks.wait_for_everyone()
+    return final
+
+
+def folders(output_dir: str | os.PathLike[str], staging: Path | None) -> tuple[Path, Path]:
+    """The checkpoint folder and the hidden sibling it is written into before it is renamed."""
     final = Path(output_dir).expanduser().resolve()
     partial = Path(staging or final.parent).expanduser().resolve() / f".{final.name}.partial"
+    return final, partial
+
+
+def begin(partial: Path, ranks: Ranks) -> None:
+    """A fresh hidden folder (a killed save's leftovers removed), seen by every rank on return."""
     if ranks.is_main:
         if partial.exists():
             shutil.rmtree(partial)
         partial.mkdir(parents=True)
     ranks.wait_for_everyone()
+
+
+def write_state_files(
+    objects: TrainingObjects, ranks: Ranks, partial: Path, writer: FileWriter, safe_serialization: bool
+) -> None:
+    """This rank's files, through writer: at once, or staged for the background thread. The
+    state-dict collectives (an FSDP gather) run here, on the calling thread, in every rank's order."""
     strategy = objects.strategy
     default_files = strategy.uses_default_checkpoint_files
     # As Accelerate: the hooks see the user's modules (inside DDP) and their state dicts, keyed
@@ -138,45 +163,43 @@ def save_state(
             for o in objects.optimizers
         ]
         if ranks.is_main:
-            _write_full_model_files(partial, weights, opt_states, safe_serialization)
+            _write_full_model_files(partial, weights, opt_states, safe_serialization, writer)
     else:
-        strategy.save_training_state(partial, objects.models, objects.optimizers)
+        strategy.save_training_state(partial, objects.models, objects.optimizers, writer=writer)
     if ranks.is_main:
         for i, scheduler in enumerate(objects.schedulers):
-            torch.save(scheduler.state_dict(), partial / numbered("scheduler.bin", i))
+            writer.torch_save(scheduler.state_dict(), partial / numbered("scheduler.bin", i))
         if objects.scaler is not None:
-            torch.save(objects.scaler.state_dict(), partial / SCALER_NAME)
+            writer.torch_save(objects.scaler.state_dict(), partial / SCALER_NAME)
         for i, obj in enumerate(objects.custom_objects):
-            torch.save(obj.state_dict(), partial / f"custom_checkpoint_{i}.pkl")
+            writer.torch_save(obj.state_dict(), partial / f"custom_checkpoint_{i}.pkl")
         if objects.tracker_runs:
-            (partial / TRACKERS_NAME).write_text(json.dumps(objects.tracker_runs, indent=1))
+            writer.text(partial / TRACKERS_NAME, json.dumps(objects.tracker_runs, indent=1))
     states = rng_state(objects.step)
     states[LOADERS_KEY] = [loader.state_dict() for loader in objects.dataloaders]
-    torch.save(states, partial / f"random_states_{ranks.index}.pkl")
-    ranks.wait_for_everyone()
-    if ranks.is_main:
-        final.parent.mkdir(parents=True, exist_ok=True)
-        _swap_into_place(partial, final)
-    ranks.wait_for_everyone()
-    return final
+    writer.torch_save(states, partial / f"random_states_{ranks.index}.pkl")
 
 
-def _write_full_model_files(folder: Path, weights: list, opt_states: list, safe_serialization: bool) -> None:
+def _write_full_model_files(
+    folder: Path, weights: list, opt_states: list, safe_serialization: bool, writer: FileWriter
+) -> None:
     for i, state in enumerate(weights):
         if safe_serialization:
-            from safetensors.torch import save_file
-
             from .model_files import without_shared_tensors
 
-            save_file(
-                without_shared_tensors(state),
-                str(folder / numbered(SAFE_WEIGHTS_NAME, i)),
-                metadata={"format": "pt"},
+            writer.safetensors_save(
+                without_shared_tensors(state), folder / numbered(SAFE_WEIGHTS_NAME, i), {"format": "pt"}
             )
         else:
-            torch.save(state, folder / numbered(WEIGHTS_NAME, i))
+            writer.torch_save(state, folder / numbered(WEIGHTS_NAME, i))
     for i, state in enumerate(opt_states):
-        torch.save(state, folder / numbered("optimizer.bin", i))
+        writer.torch_save(state, folder / numbered("optimizer.bin", i))
+
+
+def publish(partial: Path, final: Path) -> None:
+    """Rename the complete hidden folder into place (the main process, once every rank is done)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    _swap_into_place(partial, final)
 
 
 def _swap_into_place(partial: Path, final: Path) -> None:

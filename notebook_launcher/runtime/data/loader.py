@@ -20,6 +20,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, Sampler
 
 from .. import memory_phases, telemetry
+from ..checkpointing.periodic import with_periodic_saves
 from ..ops import send_to_device
 from ..world import step_clock
 from ..world.rng_sync import synchronize_rng_states
@@ -84,6 +85,7 @@ class DataLoaderShard:
         self.seed = seed
         self.epoch = 0
         self.batches_yielded = 0
+        self.periodic_saves: Any = None  # set by the Accelerator for save_every_n_steps
         self._skip_next = 0
         self._plan_cache: tuple[int, ShardPlan] | None = None
         self.is_iterable = isinstance(loader.dataset, IterableDataset)
@@ -224,11 +226,10 @@ class DataLoaderShard:
         self._begin()
         try:
             if self.dispatch_batches:
-                yield from self._iter_dispatched()
-            elif self.is_iterable:
-                yield from self._iter_iterable()
+                batches = self._iter_dispatched()
             else:
-                yield from self._iter_planned()
+                batches = self._iter_iterable() if self.is_iterable else self._iter_planned()
+            yield from with_periodic_saves(batches, self.periodic_saves)
             self._end_epoch()
         finally:
             self._leave()

@@ -128,8 +128,11 @@ class Strategy:
     ) -> None:
         optimizer.load_state_dict(state_dict)
 
-    def save_training_state(self, folder: Path, models: list[nn.Module], optimizers: list[Any]) -> None:
-        """Sharded strategies write their model and optimizer files here (called on every rank). The
+    def save_training_state(
+        self, folder: Path, models: list[nn.Module], optimizers: list[Any], writer: Any = None
+    ) -> None:
+        """Sharded strategies write their model and optimizer files here (called on every rank),
+        through writer (checkpointing/writers.py: at once, or staged for an asynchronous save). The
         default layout (full state dicts in Accelerate's file names) is written by checkpoint.py."""
         raise NotImplementedError
 
@@ -140,6 +143,11 @@ class Strategy:
     def uses_default_checkpoint_files(self) -> bool:
         """True unless this strategy writes its own model/optimizer files (save_training_state)."""
         return type(self).save_training_state is Strategy.save_training_state
+
+    @property
+    def supports_async_save(self) -> bool:
+        """Whether save_state(async_save=True) can stage this strategy's state and write it later."""
+        return True
 
     @property
     def saves_on_every_rank(self) -> bool:

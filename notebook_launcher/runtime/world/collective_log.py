@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import threading
 import time
 from typing import Any
 
@@ -48,6 +49,14 @@ COLLECTIVES = (
 
 
 _record: ActivityWriter | None = None
+_this_thread = threading.local()  # .not_counted: a background thread's collectives (checkpoint writer)
+
+
+def not_counted_in_this_thread() -> None:
+    """The calling thread's collectives are left out of the record: they run on their own group
+    beside the training's (the asynchronous checkpoint's writer), and counting them would make the
+    ranks' counts differ by timing alone."""
+    _this_thread.not_counted = True
 
 
 def install() -> bool:
@@ -88,7 +97,7 @@ def _counting(name: str, original: Any) -> Any:
     @functools.wraps(original)
     def counted(*args: Any, **kwargs: Any) -> Any:
         record = _record
-        if record is None:
+        if record is None or getattr(_this_thread, "not_counted", False):
             return original(*args, **kwargs)
         record.enter(name)
         began = time.perf_counter()

@@ -149,8 +149,12 @@ class PipelineStrategy(ModelParallelStrategy):
             merged.update(part or {})
         return {k: merged[k] for k in self._key_order if k in merged}
 
-    def save_training_state(self, folder: Path, models: list[nn.Module], optimizers: list[Any]) -> None:
-        ckpt.save_sharded(folder, models, optimizers, ckpt.SHARDED_BY_NAME)  # each stage's pieces, by name
+    def save_training_state(
+        self, folder: Path, models: list[nn.Module], optimizers: list[Any], writer: Any = None
+    ) -> None:
+        ckpt.save_sharded(
+            folder, models, optimizers, ckpt.SHARDED_BY_NAME, writer
+        )  # each stage's pieces, by name
 
     def load_training_state(self, folder: Path, models: list[nn.Module], optimizers: list[Any]) -> None:
         ckpt.load_sharded(folder, models, optimizers, ckpt.SHARDED_BY_NAME)

@@ -292,7 +292,15 @@ class DeepSpeedStrategy(Strategy):
     ) -> None:
         self._engine().optimizer.load_state_dict(state_dict)
 
-    def save_training_state(self, folder: Path, models: list[nn.Module], optimizers: list[Any]) -> None:
+    @property
+    def supports_async_save(self) -> bool:
+        """No: the engine's save_checkpoint writes from its own partitioned buffers, with collectives,
+        and has no staging step to hand the write to a thread."""
+        return False
+
+    def save_training_state(
+        self, folder: Path, models: list[nn.Module], optimizers: list[Any], writer: Any = None
+    ) -> None:
         """The engine's checkpoint: module, ZeRO-partitioned optimizer state and its scheduler, per rank."""
         self._engine().save_checkpoint(str(folder), tag=CHECKPOINT_TAG, save_latest=False)
 

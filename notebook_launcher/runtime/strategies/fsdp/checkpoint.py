@@ -27,6 +27,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from ....errors import AcceleratorError
+from ...checkpointing.writers import FileWriter, ImmediateWriter
 
 # Gathering a full state dict: each tensor is gathered and moved to the CPU one at a time, onto rank 0
 # only (torch keeps ranks_only=(0,) with cpu_offload), as Accelerate's get_state_dict does. Without
@@ -100,16 +101,22 @@ def load_full_optimizer_state(model: nn.Module, optimizer: Any, state: dict[str,
 
 # ---------------------------------------------------------------------- sharded checkpoints
 def save_sharded(
-    folder: Path, models: list[nn.Module], optimizers: list[Any], options: StateDictOptions = _SHARDED
+    folder: Path,
+    models: list[nn.Module],
+    optimizers: list[Any],
+    options: StateDictOptions = _SHARDED,
+    writer: FileWriter | None = None,
 ) -> None:
-    """Every rank writes its shards of every model and optimizer (torch.distributed.checkpoint)."""
+    """Every rank writes its shards of every model and optimizer (torch.distributed.checkpoint), through
+    writer (at once, or staged and written by the asynchronous save's thread)."""
+    writer = writer or ImmediateWriter()
     for i, model in enumerate(models):
         state: dict[str, Any] = {"model": get_model_state_dict(model, options=options)}
-        dcp.save(state, checkpoint_id=str(sharded_model_dir(folder, i)))
+        writer.dcp_save(state, sharded_model_dir(folder, i))
     for i, optimizer in enumerate(optimizers):
         model = model_of(optimizer, models)
         state = {"optimizer": get_optimizer_state_dict(model, inner_optimizer(optimizer), options=options)}
-        dcp.save(state, checkpoint_id=str(sharded_optimizer_dir(folder, i)))
+        writer.dcp_save(state, sharded_optimizer_dir(folder, i))
 
 
 def load_sharded(

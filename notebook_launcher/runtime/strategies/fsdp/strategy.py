@@ -41,6 +41,7 @@ from torch.distributed.fsdp import (
 
 from ....errors import AcceleratorError, ConfigError
 from ...big_modeling import init_empty_weights
+from ...checkpointing.writers import ImmediateWriter
 from ..base import Strategy
 from ..materialize import LOCAL, release_storage, weights_source
 from ..process_group import ensure_process_group
@@ -226,17 +227,20 @@ class FSDPStrategy(Strategy):
             raise AcceleratorError("An FSDP optimizer state dict needs its model; prepare the model first.")
         return model
 
-    def save_training_state(self, folder: Path, models: list[nn.Module], optimizers: list[Any]) -> None:
+    def save_training_state(
+        self, folder: Path, models: list[nn.Module], optimizers: list[Any], writer: Any = None
+    ) -> None:
+        writer = writer or ImmediateWriter()
         if self.fsdp.fsdp_state_dict_type == "SHARDED_STATE_DICT":
-            ckpt.save_sharded(folder, models, optimizers)
+            ckpt.save_sharded(folder, models, optimizers, writer=writer)
             return
         states = [ckpt.full_model_state(m) for m in models]
         opt_states = [ckpt.full_optimizer_state(ckpt.model_of(o, models), o) for o in optimizers]
         if self.state.is_main_process:
             for i, state in enumerate(states):
-                torch.save(state, folder / f"model_{i}.bin")
+                writer.torch_save(state, folder / f"model_{i}.bin")
             for i, state in enumerate(opt_states):
-                torch.save(state, folder / f"optimizer_{i}.bin")
+                writer.torch_save(state, folder / f"optimizer_{i}.bin")
 
     def load_training_state(self, folder: Path, models: list[nn.Module], optimizers: list[Any]) -> None:
         if ckpt.is_sharded_checkpoint(folder):

@@ -1,0 +1,155 @@
+"""Training functions for tests/test_async_checkpoint.py (importable by the workers).
+
+`train` saves with save_state(async_save=True) at chosen steps and keeps training while the save is
+written; the writer is held (the saver's before_write seam) until the training has changed every
+weight again, so a save that did not stage its own copy would write the later weights.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import weakref
+from pathlib import Path
+
+
+class Progress:
+    """A registered object: the step count, restored by load_state()."""
+
+    def __init__(self) -> None:
+        self.step = 0
+
+    def state_dict(self) -> dict:
+        return {"step": self.step}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step = int(state["step"])
+
+
+class _Alive:
+    """A local whose end (the function's frame going away) releases a held writer."""
+
+
+def train(
+    project_dir: str,
+    total_steps: int = 8,
+    save_at: tuple[int, ...] = (3,),
+    resume: bool = False,
+    total_limit: int | None = None,
+    hold_writer: bool = True,
+    return_at_save: bool = False,
+    width: int = 32,
+) -> dict:
+    """AdamW + StepLR + shuffled data; async saves after the steps in save_at (automatic naming).
+
+    resume: load the latest checkpoint first. return_at_save: return right after the first save,
+    with its writer held until the function has returned (the end of the function must wait)."""
+    import torch
+    from torch import nn
+
+    from notebook_launcher import Accelerator
+    from notebook_launcher.runtime.checkpointing import async_save
+    from notebook_launcher.utils import ProjectConfiguration, set_seed
+
+    config = ProjectConfiguration(
+        project_dir=project_dir, automatic_checkpoint_naming=True, total_limit=total_limit, async_save=True
+    )
+    accelerator = Accelerator(project_config=config)
+    set_seed(0)
+    model = nn.Sequential(nn.Linear(8, width), nn.Dropout(0.2), nn.ReLU(), nn.Linear(width, 1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.8)
+    data = torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+    loader = torch.utils.data.DataLoader(data, batch_size=4, shuffle=True)
+    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+    progress = Progress()
+    accelerator.register_for_checkpointing(progress)
+    if resume:
+        accelerator.load_state()
+    trained_after_save = threading.Event()
+    function_returned = threading.Event()
+    alive = _Alive()
+    weakref.finalize(alive, function_returned.set)  # set when this function's frame is gone
+    if hold_writer:
+        release = function_returned if return_at_save else trained_after_save
+        async_save.saver().before_write = lambda index, path: release.wait() if index == 0 else None
+    saved: list[str] = []
+    while progress.step < total_steps:
+        for x, y in loader:
+            loss = nn.functional.mse_loss(model(x), y)
+            accelerator.backward(loss)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+            progress.step += 1
+            if saved:
+                trained_after_save.set()  # the staged save may be written now
+            if progress.step in save_at:
+                saved.append(str(accelerator.save_state()))
+                if return_at_save:
+                    return {"saved": saved, "published_on_return": Path(saved[-1]).is_dir()}
+            if progress.step >= total_steps:
+                break
+    trained_after_save.set()
+    weights = {k: v.detach().clone() for k, v in accelerator.get_state_dict(model).items()}
+    accelerator.end_training()
+    history = async_save.saver().history
+    records = [(Path(r.folder).name, r.blocked_s, r.total_s, r.staged_bytes) for r in history]
+    return {"weights": weights, "saved": saved, "records": records, "alive": alive is not None}
+
+
+def kill_during_write(
+    project_dir: str, kill_rank: int, kill_index: int, steps: int = 6, how: str = "SIGKILL"
+) -> None:
+    """Async saves after steps 2 and 4; rank kill_rank is SIGKILLed from the writer thread just before
+    its file number kill_index of the second save (the first one is complete by then); how="raise":
+    that write fails with an OSError instead (a full disk)."""
+    import torch
+    from torch import nn
+
+    from notebook_launcher import Accelerator
+    from notebook_launcher.runtime.checkpointing import async_save
+    from notebook_launcher.utils import ProjectConfiguration, set_seed
+
+    config = ProjectConfiguration(project_dir=project_dir, automatic_checkpoint_naming=True, async_save=True)
+    accelerator = Accelerator(project_config=config)
+    set_seed(0)
+    model = nn.Linear(4, 4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    saves = 0
+
+    def die(index: int, path: Path) -> None:
+        if saves == 2 and index == kill_index and accelerator.process_index == kill_rank:
+            if how == "raise":
+                raise OSError(28, "No space left on device")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    async_save.saver().before_write = die
+    for step in range(1, steps + 1):
+        accelerator.backward(model(torch.randn(2, 4)).sum())
+        optimizer.step()
+        optimizer.zero_grad()
+        if step in (2, 4):
+            saves += 1
+            accelerator.save_state()
+    accelerator.end_training()
+
+
+def async_save_under_deepspeed(project_dir: str) -> str:
+    """save_state(async_save=True) with a prepared DeepSpeed engine: the refusal's message."""
+    import torch
+    from torch import nn
+
+    from notebook_launcher import Accelerator
+    from notebook_launcher.errors import AcceleratorError
+
+    accelerator = Accelerator(project_dir=project_dir)
+    model = nn.Linear(4, 4)
+    model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=0.01))
+    try:
+        accelerator.save_state(async_save=True)
+    except AcceleratorError as exc:
+        return str(exc)
+    return "saved"
