@@ -13,18 +13,7 @@ import threading
 import weakref
 from pathlib import Path
 
-
-class Progress:
-    """A registered object: the step count, restored by load_state()."""
-
-    def __init__(self) -> None:
-        self.step = 0
-
-    def state_dict(self) -> dict:
-        return {"step": self.step}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.step = int(state["step"])
+from cluster_trainers import SavedCount, scheduled_step
 
 
 class _Alive:
@@ -63,7 +52,7 @@ def train(
     data = torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
     loader = torch.utils.data.DataLoader(data, batch_size=4, shuffle=True)
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
-    progress = Progress()
+    progress = SavedCount("step")
     accelerator.register_for_checkpointing(progress)
     if resume:
         accelerator.load_state()
@@ -75,21 +64,17 @@ def train(
         release = function_returned if return_at_save else trained_after_save
         async_save.saver().before_write = lambda index, path: release.wait() if index == 0 else None
     saved: list[str] = []
-    while progress.step < total_steps:
+    while progress.value < total_steps:
         for x, y in loader:
-            loss = nn.functional.mse_loss(model(x), y)
-            accelerator.backward(loss)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad()
-            progress.step += 1
+            scheduled_step(accelerator, model, optimizer, scheduler, x, y)
+            progress.value += 1
             if saved:
                 trained_after_save.set()  # the staged save may be written now
-            if progress.step in save_at:
+            if progress.value in save_at:
                 saved.append(str(accelerator.save_state()))
                 if return_at_save:
                     return {"saved": saved, "published_on_return": Path(saved[-1]).is_dir()}
-            if progress.step >= total_steps:
+            if progress.value >= total_steps:
                 break
     trained_after_save.set()
     weights = {k: v.detach().clone() for k, v in accelerator.get_state_dict(model).items()}

@@ -148,6 +148,18 @@ class SavedCount:
         self.value = int(state[self.key])
 
 
+def scheduled_step(accelerator, model, optimizer, scheduler, x, y):
+    """One training step with an LR scheduler: MSE loss, backward, optimizer and scheduler steps."""
+    import torch
+
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    accelerator.backward(loss)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad()
+    return loss
+
+
 def preemptible_steps(folder: str, steps: int = 30, every: int = 5, sleep: float = 0.25):
     """Deterministic SGD steps, a checkpoint every `every` steps; when `accelerator.preempted`, it saves
     at once (marking that checkpoint `preempted` with its step) and returns. Started again, it resumes

@@ -11,7 +11,7 @@ import os
 import signal
 import time
 
-from cluster_trainers import SavedCount
+from cluster_trainers import SavedCount, scheduled_step
 
 
 def train(
@@ -92,11 +92,7 @@ def train(
         saving.saver().before_write = die_while_writing
     while progress.value < total_steps:
         for x, y in loader:
-            loss = nn.functional.mse_loss(model(x), y)
-            accelerator.backward(loss)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad()
+            scheduled_step(accelerator, model, optimizer, scheduler, x, y)
             progress.value += 1
             if sleep:
                 time.sleep(sleep)

@@ -27,33 +27,32 @@ KERNEL_IDLE = r"""() => {
   return !!context && !!context.session && context.kernelDisplayStatus === 'idle';
 }"""
 
-ERRORS = r"""() => {
-  const found = [];
-  window.jupyterapp.shell.currentWidget.content.widgets.forEach((cell, index) => {
-    if (cell.model.type !== 'code') return;
-    const outputs = cell.model.outputs;
-    for (let i = 0; i < outputs.length; i++) {
-      const out = outputs.get(i).toJSON();
-      if (out.output_type === 'error') found.push({cell: index, ename: out.ename, evalue: out.evalue});
-    }
-  });
-  return found;
-}"""
+
+def _each_code_output(body: str) -> str:
+    """A page script that runs `body` for output `i` of each code cell (`cell`, `index`, `outputs`)
+    of the open notebook and returns what it pushed onto `found`."""
+    return (
+        "() => {\n  const found = [];\n"
+        "  window.jupyterapp.shell.currentWidget.content.widgets.forEach((cell, index) => {\n"
+        "    if (cell.model.type !== 'code') return;\n"
+        "    const outputs = cell.model.outputs;\n"
+        "    for (let i = 0; i < outputs.length; i++) {\n"
+        f"{body}\n"
+        "    }\n  });\n  return found;\n}"
+    )
+
+
+ERRORS = _each_code_output(
+    "      const out = outputs.get(i).toJSON();\n"
+    "      if (out.output_type === 'error') found.push({cell: index, ename: out.ename, evalue: out.evalue});"
+)
 
 # For each widget output: did it render as a widget, or fall back to its text repr?
-WIDGET_OUTPUTS = r"""() => {
-  const found = [];
-  window.jupyterapp.shell.currentWidget.content.widgets.forEach((cell, index) => {
-    if (cell.model.type !== 'code') return;
-    const outputs = cell.model.outputs;
-    for (let i = 0; i < outputs.length; i++) {
-      if (!(outputs.get(i).data || {})['application/vnd.jupyter.widget-view+json']) continue;
-      const node = cell.outputArea.widgets[i] ? cell.outputArea.widgets[i].node : null;
-      found.push({cell: index, rendered: !!(node && node.querySelector('.jupyter-widgets'))});
-    }
-  });
-  return found;
-}"""
+WIDGET_OUTPUTS = _each_code_output(
+    "      if (!(outputs.get(i).data || {})['application/vnd.jupyter.widget-view+json']) continue;\n"
+    "      const node = cell.outputArea.widgets[i] ? cell.outputArea.widgets[i].node : null;\n"
+    "      found.push({cell: index, rendered: !!(node && node.querySelector('.jupyter-widgets'))});"
+)
 
 WIDGET_REPR = re.compile(r"^[A-Z]\w*\((children|description|value|options|layout|outputs)=")
 BAD_TEXTS = ("Loading widget...", "Error displaying widget", "Model not found", "Failed to load model class")
