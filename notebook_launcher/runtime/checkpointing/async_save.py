@@ -45,11 +45,12 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import AcceleratorError
+from ...records.names import CHECKPOINT_WAIT_ENV
 from .writers import StagedWriter, StagingBuffers
 
 logger = logging.getLogger("notebook_launcher.checkpoint")
 
-WAIT_ENV = "NOTEBOOK_LAUNCHER_CHECKPOINT_WAIT_SECONDS"
+WAIT_ENV = CHECKPOINT_WAIT_ENV
 DEFAULT_WAIT_SECONDS = 600.0  # the end of a run waits this long for a save still being written
 
 
