@@ -9,6 +9,8 @@ tensors instead of its staged copy would resume from later weights and differ.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from async_checkpoint_trainers import async_save_under_deepspeed, kill_during_write, train
@@ -44,6 +46,11 @@ def test_ddp_async_saves_rotate_and_resume_bit_for_bit(tmp_path):
     assert [name for name, *_ in records] == [f"checkpoint_{i}" for i in range(4)]
     assert all(total is not None and total >= blocked > 0 for _, blocked, total, _ in records)
     assert all(staged > 0 for *_, staged in records)
+    # what the launcher recorded (result.checkpoints): each published folder, in order, with its times
+    shown = run.checkpoints
+    assert [Path(c["path"]).name for c in shown] == [f"checkpoint_{i}" for i in range(4)], shown
+    assert all(c["background"] and c["total_s"] >= c["blocked_s"] > 0 for c in shown), shown
+    assert [c["step"] for c in shown] == sorted(c["step"] for c in shown)
     resumed = notebook_launch(
         train, args=(str(tmp_path),), kwargs=dict(save_at=(), resume=True), num_processes=2, quiet=True
     )
@@ -152,6 +159,10 @@ def test_periodic_saves_rotate_and_a_restart_resumes_from_the_last(tmp_path, ref
     for value in result:
         assert_same_weights(value["weights"], reference)
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["checkpoint_3", "checkpoint_4"]
+    # result.checkpoints: the saves of the last attempt (after the restart), each with how it was written
+    shown = result.checkpoints
+    assert [Path(c["path"]).name for c in shown][-2:] == ["checkpoint_3", "checkpoint_4"], shown
+    assert all(c["background"] is async_save and c["total_s"] >= c["blocked_s"] >= 0 for c in shown), shown
 
 
 def test_without_a_restart_the_killed_save_is_not_the_latest(tmp_path):

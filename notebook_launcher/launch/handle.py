@@ -32,6 +32,7 @@ def collect_result(run: RestartingRun) -> LaunchResult:
     )
     result.performance = PerformanceReport.from_payloads(supervisor.record.performance)
     result.restarts, result.failures = run.restarts, list(run.failures)
+    result.checkpoints = list(supervisor.record.checkpoints)
     result.duration = time.monotonic() - run.started
     return result
 

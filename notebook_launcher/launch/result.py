@@ -42,6 +42,9 @@ class LaunchResult(Sequence):
     restarts: int = field(default=0, init=False)  # how many times the ranks were started again (max_restarts)
     failures: list[Exception] = field(default_factory=list, init=False)  # what ended each earlier attempt
     performance: Any = field(default=None, init=False)  # an estimate.performance.PerformanceReport
+    # each save_state that completed, in order: {"path", "step", "blocked_s" (training waited),
+    # "total_s" (call to folder published), "background" (async_save)}
+    checkpoints: list[dict[str, Any]] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
         if self.memory is None:
@@ -365,6 +368,7 @@ class RunRecord:
     metrics: list[dict[str, Any]] = field(default_factory=list)
     exitcodes: dict[int, int] = field(default_factory=dict)
     checkpoint: str | None = None  # the last folder save_state() completed
+    checkpoints: list[dict[str, Any]] = field(default_factory=list)  # each one, as result.checkpoints
     preempted: dict[int, str | None] = field(default_factory=dict)  # rank -> the signal it got (if it did)
     memory: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # a MemoryRecord
     performance: dict[int, dict[str, Any]] = field(default_factory=dict)  # rank -> its step clock

@@ -154,6 +154,7 @@ class Inbox:
             self._take_metric(worker, payload)
         elif kind == channel.CHECKPOINT:
             self.record.checkpoint = payload["path"]
+            self.record.checkpoints.append(dict(payload))
         elif kind == channel.PREEMPTED:
             self.record.preempted[worker.rank] = payload.get("signal")
         elif kind == channel.PROGRESS:

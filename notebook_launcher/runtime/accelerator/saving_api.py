@@ -192,8 +192,16 @@ class SavingAPI:
             if automatic and self.is_main_process:
                 naming.rotate(path.parent, project.total_limit, keep=path)
             self.wait_for_everyone()
-            if self.is_main_process:  # the launcher names it on a restart or preemption
-                telemetry.emit("checkpoint", path=str(path))
+            if self.is_main_process:  # the launcher names it on a restart or preemption (result.checkpoints)
+                seconds = time.perf_counter() - started
+                telemetry.emit(
+                    "checkpoint",
+                    path=str(path),
+                    step=self.step,
+                    blocked_s=seconds,
+                    total_s=seconds,
+                    background=False,
+                )
         project.iteration += 1
         memory_phases.phase_ended()  # the state dicts and file buffers are garbage now
         return path
@@ -229,7 +237,14 @@ class SavingAPI:
             checkpoint.publish(partial, final)
             if automatic:
                 naming.rotate(final.parent, total_limit, keep=final)
-            telemetry.emit("checkpoint", path=str(final), step=record.step, blocked_s=record.blocked_s)
+            telemetry.emit(
+                "checkpoint",
+                path=str(final),
+                step=record.step,
+                blocked_s=record.blocked_s,
+                total_s=time.perf_counter() - started,  # from the save_state call to the folder published
+                background=True,
+            )
 
         saver.submit(writer, record, started, publish)
         return final
