@@ -71,8 +71,8 @@ class NodeRun:
     @property
     def address(self) -> tuple[str, int]:
         """The rendezvous every node of this launch uses (known once node 0 is planned)."""
-        cfg = self.plan.config
-        return str(cfg.main_process_ip), int(cfg.main_process_port)
+        request = self.plan.request
+        return request.main_address, request.port
 
     def _plan(self, job: NodeJob, say: Callable[[str], None]) -> LaunchPlan:
         multi = job.num_nodes > 1
@@ -87,8 +87,8 @@ class NodeRun:
         for note in request.notes:
             say(f"notebook_launch: {note}")
         addr, port, store = planning.rendezvous(request)
-        request = dataclasses.replace(
-            request, config=request.config.replace(main_process_ip=addr, main_process_port=port)
+        request = dataclasses.replace(  # the port node 0's store took (0 asked for any free one)
+            request, port=port, config=request.config.replace(main_process_ip=addr, main_process_port=port)
         )
         fork = request.start_method == "fork"
         if fork:

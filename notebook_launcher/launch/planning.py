@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import worker_env
+from ..config import LaunchConfig, worker_env
 from ..errors import ConfigError
 from ..resolution import LaunchRequest
 from ..system.network import wait_for_main
@@ -26,18 +26,28 @@ class LaunchPlan:
     """Everything decided before any process starts."""
 
     context: Any  # a torch.multiprocessing context
-    start_method: str
     specs: list[WorkerSpec]
     target: (
         tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None
     )  # (fn, args, kwargs) handed over by fork
-    world_size: int
-    config: Any
-    request: LaunchRequest  # what the launch was resolved to (resolution/); config is request.config
+    request: LaunchRequest  # what the launch was resolved to (resolution/)
     timeout: float | None = None
     store: Any = None  # the TCPStore this process hosts for the workers' rendezvous
     preflight: Callable[[Callable[[], bool]], None] = lambda should_stop: None  # before workers start
     pool: Any = None  # the warm pool whose workers run a "forkserver" launch (pool.py)
+
+    @property
+    def config(self) -> LaunchConfig:
+        """The LaunchConfig the workers get (the request's)."""
+        return self.request.config
+
+    @property
+    def start_method(self) -> str:
+        return self.request.start_method
+
+    @property
+    def world_size(self) -> int:
+        return self.request.world_size
 
 
 def check_call(fn: Any, args: Any, timeout: Any) -> None:
@@ -65,15 +75,7 @@ def plan_started_by(request: LaunchRequest, **fields: Any) -> LaunchPlan:
     method = request.start_method
     pool = warm_pool() if method == "forkserver" else None
     context = pool.ensure_server() if pool else mp.get_context(method)
-    return LaunchPlan(
-        context=context,
-        pool=pool,
-        start_method=method,
-        world_size=request.world_size,
-        config=request.config,
-        request=request,
-        **fields,
-    )
+    return LaunchPlan(context=context, pool=pool, request=request, **fields)
 
 
 def rendezvous(request: LaunchRequest, on_demand: bool = False) -> tuple[str, int, Any]:
