@@ -17,17 +17,22 @@ from notebook_launcher import notebook_launch
 RELAUNCHES = 80  # back to back: about 400 lookups in a few seconds before the fix
 
 
-def barrier_and_store() -> tuple[int, str]:
+def barrier_and_store() -> tuple[int, str, int]:
+    """This rank's index, its group's store's type, and the size of the launch's rendezvous file."""
+    import os
+
     import torch.distributed as dist
 
     from notebook_launcher import Accelerator
+    from notebook_launcher.records.names import RUN_DIR_ENV
 
     acc = Accelerator()
     acc.wait_for_everyone()
     store = dist.distributed_c10d._get_default_store()
     while hasattr(store, "underlying_store"):
         store = store.underlying_store
-    return acc.process_index, type(store).__name__
+    written = os.path.getsize(os.path.join(os.environ[RUN_DIR_ENV], "rendezvous.attempt0"))
+    return acc.process_index, type(store).__name__, written
 
 
 def own_process_group() -> int:
@@ -44,7 +49,9 @@ def own_process_group() -> int:
 
 def test_the_ranks_of_a_one_machine_launch_meet_without_tcp():
     result = notebook_launch(barrier_and_store, num_processes=2, quiet=True, timeout=120)
-    assert list(result) == [(0, "FileStore"), (1, "FileStore")]
+    assert [rank for rank, _, _ in result] == [0, 1]
+    assert all(kind != "TCPStore" for _, kind, _ in result), result
+    assert all(written > 0 for _, _, written in result), "the group's keys are not in the rendezvous file"
 
 
 def test_a_rank_that_forms_its_own_group_finds_the_launchers_store():

@@ -59,8 +59,10 @@ def worker_env(
     master_port: int,
     config: LaunchConfig,
     cpu_world: bool | None = None,
+    config_env: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """Every variable one worker needs, as strings (cpu_world: see config_to_env)."""
+    """Every variable one worker needs, as strings (cpu_world: see config_to_env; config_env: that
+    function's answer when the launcher already has it, the same for every rank of a launch)."""
     env = {
         "RANK": str(rank),
         "LOCAL_RANK": str(local_rank),
@@ -70,7 +72,7 @@ def worker_env(
         "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(master_port),
     }
-    env.update(config_to_env(config, cpu_world=cpu_world))
+    env.update(config_to_env(config, cpu_world=cpu_world) if config_env is None else config_env)
     return env
 
 

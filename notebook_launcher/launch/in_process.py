@@ -23,11 +23,17 @@ def run_in_process(fn: Callable[..., Any], args: tuple, kwargs: dict, config: La
     from ..runtime.checkpointing.async_save import wait_for_checkpoints
     from ..system.hardware import ranks_run_on_cpu
 
-    one = dict.fromkeys(("world_size", "local_world_size"), 1)  # rank 0 of a world of one, no rendezvous
-    rank_zero = dict.fromkeys(("rank", "local_rank", "group_rank"), 0)
     cpu_world = ranks_run_on_cpu(config.runs_on_cpu)
-    env = worker_env(
-        **one, **rank_zero, master_addr=LOOPBACK, master_port=0, config=config, cpu_world=cpu_world
+    env = worker_env(  # rank 0 of a world of one, no rendezvous
+        rank=0,
+        local_rank=0,
+        group_rank=0,
+        world_size=1,
+        local_world_size=1,
+        master_addr=LOOPBACK,
+        master_port=0,
+        config=config,
+        cpu_world=cpu_world,
     )
     metrics: list[dict[str, Any]] = []
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import LaunchConfig, worker_env
+from ..config import LaunchConfig, config_to_env, worker_env
 from ..errors import ConfigError
 from ..resolution import LaunchRequest
 from ..system.network import wait_for_main
@@ -149,6 +149,7 @@ def make_specs(
     if config.debug:
         extra_env.setdefault("ACCELERATE_DEBUG_MODE", "true")  # Accelerate's debug: collectives check shapes
     threads = request.threads_per_rank  # applied with torch.set_num_threads in the worker (entry.py)
+    config_env = config_to_env(config, cpu_world=request.cpu_world)  # the same for every rank
     specs = []
     for local_rank in range(nproc):
         rank = config.machine_rank * nproc + local_rank
@@ -162,6 +163,7 @@ def make_specs(
             master_port=master[1],
             config=config,
             cpu_world=request.cpu_world,
+            config_env=config_env,
         )
         if threads is not None:
             env["OMP_NUM_THREADS"] = str(threads)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import functools
 import ipaddress
 import os
 import socket
@@ -23,6 +24,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import ConfigError, NetworkError
 from ..records.names import DEFAULT_PORT, LOOPBACK
@@ -105,12 +107,10 @@ def resolve_host(host: str) -> str:
 
 def interface_addresses() -> dict[str, list[str]]:
     """Every address held by this machine's interfaces: {address: [interface, ...]} (getifaddrs)."""
-    libc_name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(libc_name, use_errno=True)
-        getifaddrs, freeifaddrs = libc.getifaddrs, libc.freeifaddrs
-    except (OSError, AttributeError, TypeError):
+    functions = _ifaddrs_functions()
+    if functions is None:
         return {}
+    getifaddrs, freeifaddrs = functions
     head = ctypes.POINTER(_IfAddrs)()
     if getifaddrs(ctypes.byref(head)) != 0:
         return {}
@@ -126,6 +126,17 @@ def interface_addresses() -> dict[str, list[str]]:
     finally:
         freeifaddrs(head)
     return found
+
+
+@functools.cache
+def _ifaddrs_functions() -> tuple[Any, Any] | None:
+    """libc's getifaddrs and freeifaddrs, found once per process: find_library runs `ldconfig -p` in
+    a subprocess, which cost every launch milliseconds (more on a busy machine)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        return libc.getifaddrs, libc.freeifaddrs
+    except (OSError, AttributeError, TypeError):
+        return None
 
 
 class _IfAddrs(ctypes.Structure):

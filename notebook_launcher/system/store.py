@@ -10,7 +10,8 @@ directory) and not over TCP: every connection torch's TCPStore makes formats the
 getnameinfo, a reverse DNS lookup of ::ffff:127.0.0.1, which /etc/hosts does not list, so it goes to
 the DNS server. A server that drops a query (one that rate-limits, one that cannot be reached) holds
 that rank for the resolver's timeout, 5 s by default: one relaunch in twenty took 5.07 s on a
-machine whose DNS server dropped every fiftieth query of a burst (issue 38). A file needs no lookup.
+machine whose DNS server dropped every fiftieth query of a burst (issue 38). A file needs no lookup,
+and its waits wake when it is written (system/waking_file_store.py), not at FileStore's 10 ms polls.
 The TCP store still answers MASTER_ADDR:MASTER_PORT for code that calls init_process_group itself:
 the notebook launcher hosts it only when such a rank connects (launch/supervise/store_on_demand.py),
 so a launch whose ranks never do pays no lookup.
@@ -39,18 +40,14 @@ def file_store(timeout_s: float) -> Any:
     run_dir = os.environ.get(RUN_DIR_ENV)
     if os.environ.get(FILE_RENDEZVOUS_ENV) != "1" or not run_dir or not is_private_dir(run_dir):
         return None
-    import datetime
-
-    from torch.distributed import FileStore
+    from .waking_file_store import waking_file_store
 
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT") or "0"
     path = os.path.join(run_dir, f"rendezvous.attempt{attempt}")
     os.close(
         os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
     )  # 0600, as the run's files
-    store = FileStore(path, -1)  # -1: never removed by a count of users; the run directory goes with the run
-    store.set_timeout(datetime.timedelta(seconds=timeout_s))
-    return store
+    return waking_file_store(path, timeout_s)  # torch's FileStore, whose waits wake on a write
 
 
 def store_bind_address(main_process_ip: str | None, num_machines: int) -> str:

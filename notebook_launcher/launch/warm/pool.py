@@ -28,6 +28,7 @@ import atexit
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -49,7 +50,13 @@ class Waiting:
 
 
 class WarmPool:
-    """One per kernel (warm_pool()); every method may be called from the idle timer's thread."""
+    """One per kernel (warm_pool()); every method may be called from the keeper's thread.
+
+    One keeper thread (started with the pool's first launch) forks the next launch's workers and
+    releases the pool when it has been idle IDLE_SECONDS: a launch that ends only records what it
+    wants and wakes it, instead of starting a timer thread and a refill thread each time (two
+    thread starts cost the return path milliseconds on a busy machine).
+    """
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -58,8 +65,11 @@ class WarmPool:
         # server's children and would die with it
         self._active = 0
         self._generation = 0  # bumped by release(): a refill scheduled before it forks nothing
-        self._timer: threading.Timer | None = None
-        self._refilling: threading.Thread | None = None
+        self._wake = threading.Condition(self._lock)
+        self._keeper: threading.Thread | None = None
+        self._idle_deadline: float | None = None  # monotonic time the idle release is due
+        self._refill_wanted: tuple[int, int] | None = None  # (size, generation) for the keeper
+        self._refilling = False  # the keeper is forking waiting workers right now
         self._exiting: list[Any] = []  # workers of the last launch, done and exiting: reaped here
         self._owned_helpers: list[Any] = []
         self.context: Any = None
@@ -68,6 +78,8 @@ class WarmPool:
     def ensure_server(self) -> Any:
         """The forkserver context, its server running with our modules preloaded."""
         with self._lock:
+            if self.context is not None and self._helpers_alive():
+                return self.context
             if self.context is None:
                 import multiprocessing as mp  # torch's is this one (planning.plan_started_by)
 
@@ -84,12 +96,35 @@ class WarmPool:
             ]
             return self.context
 
+    def _helpers_alive(self) -> bool:
+        """Whether the forkserver and its resource tracker this pool relies on are both alive, read
+        from /proc without a syscall to either: forkserver.ensure_running probes the tracker with a
+        write to its pipe, which on a busy machine cost each launch milliseconds (a context switch).
+        Anything unclear (no /proc, a pid gone or a zombie) answers False: the full check runs."""
+        from multiprocessing import forkserver, resource_tracker
+
+        pids = (
+            getattr(resource_tracker._resource_tracker, "_pid", None),
+            getattr(forkserver._forkserver, "_forkserver_pid", None),
+        )
+        for pid in pids:
+            if pid is None:
+                return False
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as stat:
+                    state = stat.read().rsplit(b")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                return False
+            if state in (b"Z", b"X"):
+                return False
+        return True
+
     # --------------------------------------------------------------- launches
     def launch_begins(self) -> None:
         self.settle()  # a refill still forking the waiting workers: this launch takes them
         with self._lock:
             self._active += 1
-            self._cancel_timer()
+            self._idle_deadline = None
 
     def start_worker(self, spec: Any, state: Any) -> tuple[Any, Connection, Connection, Connection]:
         """A worker running `spec` with the kernel's `state`: a waiting one, or a new one."""
@@ -112,11 +147,11 @@ class WarmPool:
         without waiting for them; arm the idle release."""
         with self._lock:
             self._active -= 1
-            self._arm_timer()
+            self._idle_deadline = time.monotonic() + IDLE_SECONDS
             if size or self._exiting:
-                generation = self._generation
-                self._refilling = threading.Thread(target=self._refill, args=(size, generation), daemon=True)
-                self._refilling.start()
+                self._refill_wanted = (size, self._generation)
+            self._ensure_keeper()
+            self._wake.notify_all()
 
     def reap_later(self, worker: Any) -> None:
         """A launch's worker that sent everything and is exiting: reaped after the launch returns."""
@@ -127,6 +162,34 @@ class WarmPool:
         exiting, self._exiting = self._exiting, []
         for worker in exiting:
             _reap(worker)
+
+    def _ensure_keeper(self) -> None:
+        if self._keeper is None or not self._keeper.is_alive():
+            self._keeper = threading.Thread(
+                target=self._keep, name="notebook_launcher-warm-pool", daemon=True
+            )
+            self._keeper.start()
+
+    def _keep(self) -> None:
+        """The keeper's loop: refill when a launch ended, release when idle long enough."""
+        with self._lock:
+            while True:
+                if self._refill_wanted is not None:
+                    size, generation = self._refill_wanted
+                    self._refill_wanted = None
+                    self._refilling = True
+                    try:
+                        self._refill(size, generation)
+                    finally:
+                        self._refilling = False
+                        self._wake.notify_all()
+                    continue
+                deadline = self._idle_deadline
+                if deadline is not None and time.monotonic() >= deadline:
+                    self._idle_deadline = None
+                    self.release()
+                    continue
+                self._wake.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def _refill(self, size: int, generation: int) -> None:
         with self._lock:  # the next launch's start_worker waits for this: it gets these workers
@@ -165,9 +228,9 @@ class WarmPool:
     def release(self) -> None:
         """End every waiting worker and the server this pool started; nothing of it remains."""
         with self._lock:
-            self._cancel_timer()
+            self._idle_deadline = None
             if self._active:
-                return  # a launch is using the server's workers; the idle timer comes back later
+                return  # a launch is using the server's workers; the idle release comes back later
             self._generation += 1
             self._reap_exiting()
             waiting, self._waiting = self._waiting, []
@@ -182,24 +245,17 @@ class WarmPool:
 
     def settle(self) -> None:
         """Wait until the background refill (if any) has forked the waiting workers."""
-        refilling = self._refilling
-        if refilling is not None and refilling is not threading.current_thread():
-            refilling.join()
+        if threading.current_thread() is self._keeper:
+            return
+        with self._lock:
+            while self._refill_wanted is not None or self._refilling:
+                if self._keeper is None or not self._keeper.is_alive():
+                    return
+                self._wake.wait()
 
     @property
     def waiting(self) -> int:
         return len(self._waiting)
-
-    def _arm_timer(self) -> None:
-        self._cancel_timer()
-        self._timer = threading.Timer(IDLE_SECONDS, self.release)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
 
 
 def _running(helper: Any) -> bool:
