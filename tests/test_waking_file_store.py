@@ -97,3 +97,26 @@ def test_it_reads_and_writes_the_file_as_filestore_does(tmp_path):
     assert ours.num_keys() == theirs.num_keys()
     assert ours.delete_key("b") and not theirs.check(["b"])
     assert os.path.getsize(path) > 0
+
+
+def _group_after_the_store_variable_is_gone(path: str) -> None:
+    import gc
+
+    dist.init_process_group("gloo", store=waking_file_store(path, 60), rank=0, world_size=1)
+    gc.collect()  # the caller's reference is gone; torch's groups hold only the C++ half
+    group = dist.new_group([0])  # a new group's gloo connect calls the store from C++
+    dist.barrier(group)
+    dist.destroy_process_group()
+
+
+def test_a_group_made_later_still_reaches_the_store(tmp_path):
+    """DeviceMesh's new_group after init_process_group: failed with "Not implemented" from torch's
+    trampoline when the Python store had been collected."""
+    path = str(tmp_path / "f")
+    open(path, "w").close()
+    child = multiprocessing.get_context("fork").Process(
+        target=_group_after_the_store_variable_is_gone, args=(path,)
+    )
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0

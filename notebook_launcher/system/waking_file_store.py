@@ -33,9 +33,18 @@ RECHECK_SECONDS = 0.05  # re-read the file at least this often while waiting, ev
 POLL_SECONDS = 0.001  # between two reads where inotify is not available
 
 
+_LIVE: list[Any] = []  # every store made in this process, kept for the process's life (below)
+
+
 def waking_file_store(path: str, timeout_s: float) -> Any:
-    """A store on the rendezvous file at `path` whose waits wake on a write (see the module)."""
-    return _store_class()(path, timeout_s)
+    """A store on the rendezvous file at `path` whose waits wake on a write (see the module).
+
+    Kept alive for the rest of the process: torch's process groups hold the C++ half of a Python
+    store, and once the Python object is collected (the caller's variable gone) every call from C++
+    fails with "Not implemented" (seen in DeviceMesh's new_group). A worker makes one or two."""
+    store = _store_class()(path, timeout_s)
+    _LIVE.append(store)
+    return store
 
 
 def _watch(path: str) -> int:
@@ -97,7 +106,7 @@ def _store_class() -> type:
             return bool(self._file.delete_key(key))
 
         def clone(self) -> Any:
-            return WakingFileStore(self._path, self._timeout_s)
+            return waking_file_store(self._path, self._timeout_s)
 
         # ------------------------------------------------------------------- the wait
         def wait(self, keys: list[str], timeout: datetime.timedelta | None = None) -> None:

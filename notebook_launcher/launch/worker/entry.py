@@ -233,6 +233,8 @@ def _flush_queues() -> None:
     import threading
     from multiprocessing import util
 
+    if not getattr(util, "_finalizer_registry", True):
+        return  # nothing registered (no Queue, no Pool): no thread to start on the way out
     # CPython's private function, which typeshed's multiprocessing.util does not declare
     flushing = threading.Thread(target=util._run_finalizers, daemon=True)  # type: ignore[attr-defined]
     flushing.start()
