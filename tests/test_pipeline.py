@@ -114,6 +114,12 @@ def test_the_looped_and_zero_bubble_schedules_equal_one_process():
     for case in range(3):  # the loss and the eval loss come back on every rank, the same
         assert result[0][case]["eval_loss"] == result[1][case]["eval_loss"]
         assert result[0][case]["losses"] == result[1][case]["losses"]
+    # data: only the first and last stages read the batches. In the V, rank 0 holds both; rank 1
+    # (stages 1 and 2) never indexes the dataset: its loader yields the batch's shape with no rows
+    assert [r[2]["samples_read"] for r in result] == [8 * 3 + 8, 0]  # (+ the pass's prefetched batch)
+    assert result[0][2]["batch_shapes"] == [((8, 8), torch.float32, (8, 1))]
+    assert result[1][2]["batch_shapes"] == [((0, 8), torch.float32, (0, 1))]
+    assert [r[0]["samples_read"] for r in result] == [8 * 6 + 8] * 2  # looped: rank 1 holds the last
 
 
 def _check_the_measured_schedule(performance) -> None:
@@ -158,6 +164,7 @@ def test_four_stages_and_pipeline_by_fsdp2_and_by_tp_on_four_processes():
     pp4, fsdp, tp = result[0]
     _check(pp4, 8, 3, "pp=4")
     assert [r[0]["stages"] for r in result] == [[0], [1], [2], [3]] and pp4["mesh_dims"] == ("pp",)
+    assert [r[0]["samples_read"] for r in result] == [32, 0, 0, 32]  # the middle stages read nothing
     assert fsdp["mesh_dims"] == ("pp", "dp_shard")
     fsdp["local_batch"] = 8  # two data shards of 8: a global batch of 16, losses are per shard
     _check(fsdp, 16, 2, "pp x fsdp2", accumulate=2, clip=0.05)
