@@ -253,8 +253,75 @@ def test_where_the_model_is_cut():
         stage_unit_names(blocks, 2, ["layer.3"])
     with pytest.raises(ConfigError, match="8 blocks .* for 9 pipeline stages"):
         stage_unit_names(blocks, 9, None)
-    with pytest.raises(AcceleratorError, match="cuts an nn.Sequential into stages, but got Linear"):
+    with pytest.raises(
+        AcceleratorError,
+        match="cannot cut Linear: its forward reads self.weight after taking its input.*plain chain",
+    ):
         units(torch.nn.Linear(2, 2))
+
+
+class _Residual(torch.nn.Module):  # a step between the blocks: not a chain
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+
+    def forward(self, x):
+        h = self.a(x)
+        return self.b(h) + h
+
+
+class _Twice(_Residual):
+    def forward(self, x):
+        return self.a(self.b(self.a(x)))
+
+
+class _Branchy(_Residual):
+    def forward(self, x):
+        return self.b(x) if x.sum() > 0 else self.a(x)
+
+
+def test_a_model_that_is_not_sequential_is_cut_where_its_forward_calls_its_blocks():
+    """The blocks of a torchtitan-shaped model come from its forward (torch.fx, children opaque):
+    embed, each ModuleList entry, norm, head, in running order (head is declared first); the stage
+    modules run them in that order and give the model's output. A forward that is no plain chain is
+    an AcceleratorError naming the step and saying what to do."""
+    from pipeline_transformer import make_tokens, make_transformer
+
+    from notebook_launcher.runtime.parallel.pipeline.cut import skeleton
+
+    model = make_transformer()
+    blocks = units(model)
+    assert [n for n, _ in blocks] == ["embed", *(f"layers.{i}" for i in range(4)), "norm", "head"]
+    first, second = stage_unit_names(blocks, 2, ["layers.2"])
+    x = make_tokens()[:4][0]
+    with torch.no_grad():
+        assert torch.equal(skeleton(model, second)(skeleton(model, first)(x)), model(x))
+    assert list(skeleton(model, second).state_dict())[0] == "layers.2.attn_norm.weight"
+    with pytest.raises(
+        AcceleratorError, match=r"cannot cut _Residual: its forward computes `add` after \[.a., .b.\]"
+    ):
+        units(_Residual())
+    with pytest.raises(AcceleratorError, match="cannot cut _Twice: its forward calls 'a' twice"):
+        units(_Twice())
+    with pytest.raises(AcceleratorError, match="cannot cut _Branchy: torch.fx cannot trace its forward"):
+        units(_Branchy())
+
+
+def test_an_attention_transformer_that_is_not_sequential_trains_as_one_process():
+    """The tiny transformer (MultiheadAttention, a ModuleList, AdamW, cross-entropy) at PP=2 with
+    1F1B and interleaved 1F1B: each step's loss and the weights after 3 steps are one process's."""
+    from pipeline_transformer import transformer_cases, transformer_reference
+
+    items = [("1f1b", 8, 3, 4), ("interleaved_1f1b", 8, 3, 4)]
+    result = notebook_launch(transformer_cases, args=(items,), num_processes=2, timeout=TIMEOUT)
+    want, nudged = transformer_reference(8, 3), transformer_reference(8, 3, nudge=True)
+    for case, out in zip(items, result[0], strict=True):
+        assert_weights_within_floor(out["weights"], want["weights"], nudged["weights"], case[0])
+        assert_losses_within_floor(out["losses"], want["losses"], nudged["losses"], case[0])
+    assert result[0][0]["losses"] == result[1][0]["losses"]
+    assert [r[0]["stages"] for r in result] == [[0], [1]]
+    assert {k.split(".")[0] for k in result[1][0]["local_keys"]} == {"layers", "norm", "head"}
+    assert not any(k.startswith("embed.") for k in result[1][1]["local_keys"])  # stages 1 and 3
 
 
 def test_the_pipeline_axis_in_the_mesh_the_data_ranks_and_the_yaml_section():

@@ -46,7 +46,7 @@ class PipelineStrategy(ModelParallelStrategy):
     def wrap_model(self, model: nn.Module, *, device_placement: bool = True) -> nn.Module:
         if isinstance(model, PipelineModel):
             raise AcceleratorError("This model is already a prepared pipeline; pass the plain model.")
-        units(model)  # an nn.Sequential, or an error that says how to write one, before any work
+        units(model)  # a chain of blocks, or an error that says how to write one, before any work
         self.materialize(model)
         if device_placement:
             model = model.to(self.state.device)
