@@ -211,6 +211,11 @@ def save_and_resume(sizes: dict, batch: int, folder: str, schedule: str = "1f1b"
     return {"straight": straight, "resumed": resumed}
 
 
+def cases_and_resume(items: list, sizes: dict, folder: str, schedule: str) -> tuple:
+    """cases(items), then save_and_resume on that mesh and schedule, in one launch."""
+    return cases(items), save_and_resume(sizes, 8, folder, schedule)
+
+
 def misuses() -> list:
     """What a pipeline refuses, inside real ranks: each message (every rank raises alike, none waits)."""
     from notebook_launcher import Accelerator, ParallelismConfig

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from noise_floor import assert_losses_within_floor, assert_weights_within_floor
-from pipeline_trainers import cases, make_model, reference, save_and_resume
+from pipeline_trainers import cases, cases_and_resume, make_model, reference, save_and_resume
 
 from notebook_launcher import ParallelismConfig, notebook_launch
 from notebook_launcher.config.pipeline import check_batch, units
@@ -94,16 +94,19 @@ def test_every_schedule_on_two_processes_equals_one_process():
     _check_the_measured_schedule(result.performance)
 
 
-def test_the_looped_and_zero_bubble_schedules_equal_one_process():
+def test_the_looped_and_zero_bubble_schedules_equal_one_process(tmp_path):
     """looped_bfs (with accumulation), interleaved_zero_bubble (with clipping across the stages) and
     zbv_zero_bubble at PP=2 with 2 stages per rank: weights and losses of one process, and eval_step
-    (forward only through the stages in order) the one-process loss, on every rank alike."""
+    (forward only through the stages in order) the one-process loss, on every rank alike. Then
+    save_state / load_state of interleaved_1f1b (2 stages per rank) resumes bitwise."""
     items = [
         (({"pp_size": 2}, 8, 3), {"schedule": "looped_bfs", "n_microbatches": 4, "accumulate": 2}),
         (({"pp_size": 2}, 8, 3), {"schedule": "interleaved_zero_bubble", "n_microbatches": 4, "clip": 0.05}),
         (({"pp_size": 2}, 8, 3), {"schedule": "zbv_zero_bubble", "n_microbatches": 2}),
     ]
-    result = notebook_launch(cases, args=(items,), num_processes=2, timeout=TIMEOUT)
+    resume_at = ({"pp_size": 2}, str(tmp_path), "interleaved_1f1b")
+    launched = notebook_launch(cases_and_resume, args=(items, *resume_at), num_processes=2, timeout=TIMEOUT)
+    result, resume = [r[0] for r in launched], launched[0][1]
     looped, zero_bubble, zbv = result[0]
     _check(looped, 8, 3, "looped_bfs + accumulation", accumulate=2)
     _check(zero_bubble, 8, 3, "interleaved_zero_bubble + clipping", clip=0.05)
@@ -120,6 +123,7 @@ def test_the_looped_and_zero_bubble_schedules_equal_one_process():
     assert result[0][2]["batch_shapes"] == [((8, 8), torch.float32, (8, 1))]
     assert result[1][2]["batch_shapes"] == [((0, 8), torch.float32, (0, 1))]
     assert [r[0]["samples_read"] for r in result] == [8 * 6 + 8] * 2  # looped: rank 1 holds the last
+    assert all(torch.equal(resume["resumed"][k], resume["straight"][k]) for k in resume["straight"])
 
 
 def _check_the_measured_schedule(performance) -> None:
@@ -150,8 +154,9 @@ def _check_the_measured_schedule(performance) -> None:
 
 
 @pytest.mark.slow
-def test_four_stages_and_pipeline_by_fsdp2_and_by_tp_on_four_processes():
-    """PP=4 (1F1B), PP=2 x FSDP2=2 with accumulation and clipping, PP=2 x TP=2 interleaved."""
+def test_four_stages_and_pipeline_by_fsdp2_and_by_tp_on_four_processes(tmp_path):
+    """PP=4 (1F1B), PP=2 x FSDP2=2 with accumulation and clipping, PP=2 x TP=2 interleaved; then
+    save_state / load_state at PP=4 (two middle stages) resumes bitwise."""
     items = [
         (({"pp_size": 4}, 8, 3), {"schedule": "1f1b"}),
         (
@@ -160,7 +165,10 @@ def test_four_stages_and_pipeline_by_fsdp2_and_by_tp_on_four_processes():
         ),
         (({"pp_size": 2, "tp_size": 2}, 8, 3), {"schedule": "interleaved_1f1b", "n_microbatches": 4}),
     ]
-    result = notebook_launch(cases, args=(items,), num_processes=4, timeout=TIMEOUT)
+    resume_at = ({"pp_size": 4}, str(tmp_path), "1f1b")
+    launched = notebook_launch(cases_and_resume, args=(items, *resume_at), num_processes=4, timeout=TIMEOUT)
+    result, resume = [r[0] for r in launched], launched[0][1]
+    assert all(torch.equal(resume["resumed"][k], resume["straight"][k]) for k in resume["straight"])
     pp4, fsdp, tp = result[0]
     _check(pp4, 8, 3, "pp=4")
     assert [r[0]["stages"] for r in result] == [[0], [1], [2], [3]] and pp4["mesh_dims"] == ("pp",)
