@@ -95,26 +95,29 @@ def test_every_schedule_on_two_processes_equals_one_process():
 
 
 def test_the_looped_and_zero_bubble_schedules_equal_one_process(tmp_path):
-    """looped_bfs (with accumulation), interleaved_zero_bubble (with clipping across the stages) and
-    zbv_zero_bubble at PP=2 with 2 stages per rank: weights and losses of one process, and eval_step
+    """looped_bfs (with accumulation), interleaved_zero_bubble (with clipping across the stages),
+    zbv_zero_bubble and DualPipeV (with accumulation) at PP=2 with 2 stages per rank: weights and losses of one process, and eval_step
     (forward only through the stages in order) the one-process loss, on every rank alike. Then
     save_state / load_state of interleaved_1f1b (2 stages per rank) resumes bitwise."""
     items = [
         (({"pp_size": 2}, 8, 3), {"schedule": "looped_bfs", "n_microbatches": 4, "accumulate": 2}),
         (({"pp_size": 2}, 8, 3), {"schedule": "interleaved_zero_bubble", "n_microbatches": 4, "clip": 0.05}),
         (({"pp_size": 2}, 8, 3), {"schedule": "zbv_zero_bubble", "n_microbatches": 2}),
+        (({"pp_size": 2}, 8, 3), {"schedule": "dualpipev", "n_microbatches": 4, "accumulate": 2}),
     ]
     resume_at = ({"pp_size": 2}, str(tmp_path), "interleaved_1f1b")
     launched = notebook_launch(cases_and_resume, args=(items, *resume_at), num_processes=2, timeout=TIMEOUT)
     result, resume = [r[0] for r in launched], launched[0][1]
-    looped, zero_bubble, zbv = result[0]
+    looped, zero_bubble, zbv, dualpipev = result[0]
     _check(looped, 8, 3, "looped_bfs + accumulation", accumulate=2)
     _check(zero_bubble, 8, 3, "interleaved_zero_bubble + clipping", clip=0.05)
     _check(zbv, 8, 3, "zbv_zero_bubble")
+    _check(dualpipev, 8, 3, "dualpipev + accumulation", accumulate=2)
     assert [r[0]["stages"] for r in result] == [[0, 2], [1, 3]]  # looped placement
     assert [r[2]["stages"] for r in result] == [[0, 3], [1, 2]]  # V placement: rank 0 first and last
     assert zero_bubble["norms"] == result[1][1]["norms"] and len(zero_bubble["norms"]) == 3
-    for case in range(3):  # the loss and the eval loss come back on every rank, the same
+    assert [r[3]["stages"] for r in result] == [[0, 3], [1, 2]]
+    for case in range(4):  # the loss and the eval loss come back on every rank, the same
         assert result[0][case]["eval_loss"] == result[1][case]["eval_loss"]
         assert result[0][case]["losses"] == result[1][case]["losses"]
     # data: only the first and last stages read the batches. In the V, rank 0 holds both; rank 1
@@ -203,6 +206,10 @@ def test_three_dimensions_pipeline_by_fsdp2_by_tp_on_eight_processes():
 def test_bad_pipeline_sizes_are_config_errors_naming_the_value():
     with pytest.raises(ConfigError, match="n_microbatches=2 is fewer than the pp_size=4"):
         ParallelismConfig(pp_size=4, pp_handler=TorchPipelineParallelConfig(n_microbatches=2))
+    with pytest.raises(
+        ConfigError, match="'dualpipev' needs at least one micro-batch per stage: n_microbatches=2"
+    ):
+        ParallelismConfig(pp_size=2, pp_handler=TorchPipelineParallelConfig("dualpipev", 2))
     with pytest.raises(ConfigError, match="n_microbatches=3 must be a multiple of pp_size=2"):
         ParallelismConfig(pp_size=2, pp_handler=TorchPipelineParallelConfig("interleaved_1f1b", 3))
     with pytest.raises(ConfigError, match="split_points=\\['layers.1', 'layers.2'\\] names 2 cut"):

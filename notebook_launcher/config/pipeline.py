@@ -19,9 +19,10 @@ SCHEDULES = {
     "looped_bfs": "LoopedBFS",
     "interleaved_zero_bubble": "InterleavedZeroBubble",
     "zbv_zero_bubble": "ZBVZeroBubble",
+    "dualpipev": "DualPipeV",
 }
 SINGLE_STAGE = ("gpipe", "1f1b")  # one stage per rank
-V_SHAPED = ("zbv_zero_bubble",)  # two stages per rank, placed as a V (rank r holds r and 2p-1-r)
+V_SHAPED = ("zbv_zero_bubble", "dualpipev")  # two stages per rank, placed as a V (rank r holds r and 2p-1-r)
 
 
 @dataclass
@@ -30,7 +31,7 @@ class TorchPipelineParallelConfig:
 
     schedule: one of SCHEDULES. n_microbatches: each batch is cut into this many along dim 0 (None:
     the number of stages). virtual_stages: stages per rank (1 for gpipe/1f1b; >= 2 for the interleaved,
-    looped and zero-bubble schedules; 2 for zbv_zero_bubble). split_points: module names where a new
+    looped and zero-bubble schedules; 2 for zbv_zero_bubble and dualpipev). split_points: module names where a new
     stage begins (["layers.4"]); None cuts the model's blocks evenly by parameter count.
     loss_fn(output, target) -> loss: given once, here or on the first `model.step(..., loss_fn=)`.
     """
@@ -98,6 +99,12 @@ class TorchPipelineParallelConfig:
             raise ConfigError(
                 f"TorchPipelineParallelConfig n_microbatches={m} is fewer than the pp_size={pp_size} stages "
                 f"in flight: every stage would wait. Use n_microbatches >= {pp_size}."
+            )
+        if self.schedule == "dualpipev" and m < stages:
+            raise ConfigError(
+                f"TorchPipelineParallelConfig schedule='dualpipev' needs at least one micro-batch per stage: "
+                f"n_microbatches={m} is fewer than the {stages} stages (pp_size={pp_size} x 2); use "
+                f"n_microbatches >= {stages}."
             )
         if self.schedule not in SINGLE_STAGE and m % pp_size:
             raise ConfigError(
