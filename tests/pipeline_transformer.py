@@ -1,4 +1,4 @@
-"""A tiny causal attention transformer in torchtitan's shape (not an nn.Sequential: `embed`, a
+"""A tiny causal attention transformer (scaled_dot_product_attention) in torchtitan's shape (not an nn.Sequential: `embed`, a
 ModuleList `layers`, `norm`, `head`, declared in another order than they run), trained as a pipeline
 and in one plain process on the same batches (the reference, and the same nudged by one ulp per step
 for the noise floor, tests/noise_floor.py)."""
@@ -25,22 +25,47 @@ class Embed(nn.Module):
         return self.tokens(ids) + self.positions[: ids.shape[1]]
 
 
+class Attention(nn.Module):
+    """Causal multi-head self-attention (scaled_dot_product_attention). The heads are read from the
+    projection's width, so a tensor-parallel rank (q/k/v split by columns) runs its share of them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q_proj, self.k_proj, self.v_proj = (nn.Linear(WIDTH, WIDTH) for _ in range(3))
+        self.o_proj = nn.Linear(WIDTH, WIDTH)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape
+        q, k, v = (
+            p(x).view(b, n, -1, WIDTH // HEADS).transpose(1, 2)
+            for p in (self.q_proj, self.k_proj, self.v_proj)
+        )
+        out = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o_proj(out.transpose(1, 2).reshape(b, n, -1))
+
+
 class Block(nn.Module):
     """Pre-norm causal self-attention and an MLP, each with its residual."""
 
     def __init__(self) -> None:
         super().__init__()
         self.attn_norm = nn.LayerNorm(WIDTH)
-        self.attn = nn.MultiheadAttention(WIDTH, HEADS, batch_first=True)
+        self.attn = Attention()
         self.mlp_norm = nn.LayerNorm(WIDTH)
-        self.mlp = nn.Sequential(nn.Linear(WIDTH, 2 * WIDTH), nn.GELU(), nn.Linear(2 * WIDTH, WIDTH))
+        self.up = nn.Linear(WIDTH, 2 * WIDTH)
+        self.down = nn.Linear(2 * WIDTH, WIDTH)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        n = h.shape[1]
-        causal = torch.triu(torch.ones(n, n, dtype=torch.bool, device=h.device), diagonal=1)
-        x = self.attn_norm(h)
-        h = h + self.attn(x, x, x, attn_mask=causal, need_weights=False)[0]
-        return h + self.mlp(self.mlp_norm(h))
+        h = h + self.attn(self.attn_norm(h))
+        return h + self.down(nn.functional.gelu(self.up(self.mlp_norm(h))))
+
+
+TP_PLAN = {
+    **{f"layers.*.attn.{p}_proj": "colwise" for p in "qkv"},
+    "layers.*.attn.o_proj": "rowwise",
+    "layers.*.up": "colwise",
+    "layers.*.down": "rowwise",
+}
 
 
 class TinyTransformer(nn.Module):
@@ -91,14 +116,22 @@ def transformer_reference(batch: int, steps: int, *, nudge: bool = False) -> dic
     return {"weights": {k: v.detach().clone() for k, v in model.state_dict().items()}, "losses": losses}
 
 
-def train_transformer(schedule: str, batch: int, steps: int, n_microbatches: int) -> dict:
+def train_transformer(
+    schedule: str, batch: int, steps: int, n_microbatches: int, sizes: dict | None = None
+) -> dict:
+    """Train the tiny transformer on a mesh (pp_size=2 unless `sizes` says more); rank 0 returns the
+    full weights."""
     from notebook_launcher import Accelerator, ParallelismConfig
-    from notebook_launcher.utils import TorchPipelineParallelConfig
+    from notebook_launcher.utils import TorchPipelineParallelConfig, TorchTensorParallelConfig
 
+    sizes = sizes or {"pp_size": 2}
     pipeline = TorchPipelineParallelConfig(
         schedule=schedule, n_microbatches=n_microbatches, loss_fn=token_loss
     )
-    accelerator = Accelerator(parallelism_config=ParallelismConfig(pp_size=2, pp_handler=pipeline))
+    tp = TorchTensorParallelConfig(plan=TP_PLAN) if sizes.get("tp_size", 1) > 1 else None
+    accelerator = Accelerator(
+        parallelism_config=ParallelismConfig(**sizes, pp_handler=pipeline, tp_handler=tp)
+    )
     model = make_transformer()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     model, opt, loader = accelerator.prepare(model, opt, DataLoader(make_tokens(), batch_size=batch))
@@ -115,6 +148,12 @@ def train_transformer(schedule: str, batch: int, steps: int, n_microbatches: int
         "losses": losses,
         "stages": list(model.stage_ids),
         "local_keys": sorted(model.state_dict()),
+        "mesh_dims": accelerator.torch_device_mesh.mesh_dim_names,
+        "q_proj_rows": {  # this rank's rows of each q projection it holds (TP and FSDP2 pieces)
+            k: getattr(v, "_local_tensor", v).shape[0]
+            for k, v in model.state_dict().items()
+            if k.endswith("q_proj.weight")
+        },
     }
 
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 from noise_floor import assert_losses_within_floor, assert_weights_within_floor
 from pipeline_trainers import cases, cases_and_resume, make_model, reference, save_and_resume
+from pipeline_transformer import transformer_cases
 
 from notebook_launcher import ParallelismConfig, notebook_launch
 from notebook_launcher.config.pipeline import check_batch, units
@@ -185,15 +186,37 @@ def test_four_stages_and_pipeline_by_fsdp2_and_by_tp_on_four_processes(tmp_path)
 
 
 @pytest.mark.slow
+def _mlp_and_transformer(items, transformer_items):
+    return cases(items), transformer_cases(transformer_items)
+
+
 def test_three_dimensions_pipeline_by_fsdp2_by_tp_on_eight_processes():
-    """PP=2 (interleaved, 2 stages per rank) x FSDP2=2 x TP=2, with accumulation and clipping."""
+    """PP=2 (interleaved, 2 stages per rank) x FSDP2=2 x TP=2, with accumulation and clipping; then
+    the attention transformer (not an nn.Sequential; q/k/v and the MLP split over "tp", each rank
+    running its share of the heads) on the same mesh, to one process's weights."""
+    from pipeline_transformer import transformer_reference
+
+    mesh = {"pp_size": 2, "dp_shard_size": 2, "tp_size": 2}
     items = [
         (
-            ({"pp_size": 2, "dp_shard_size": 2, "tp_size": 2}, 8, 2),
+            (mesh, 8, 2),
             {"schedule": "interleaved_1f1b", "n_microbatches": 2, "accumulate": 2, "clip": 0.05},
         )
     ]
-    result = notebook_launch(cases, args=(items,), num_processes=8, timeout=TIMEOUT)
+    launched = notebook_launch(
+        _mlp_and_transformer,
+        args=(items, [("interleaved_1f1b", 8, 2, 2, mesh)]),
+        num_processes=8,
+        timeout=TIMEOUT,
+    )
+    result = [r[0] for r in launched]
+    transformer = launched[0][1][0]
+    assert transformer["mesh_dims"] == ("pp", "dp_shard", "tp")
+    # each rank holds a quarter of a q projection's 16 rows: its tp half of the heads, FSDP2-halved
+    assert set(transformer["q_proj_rows"]) == {"layers.0.attn.q_proj.weight", "layers.2.attn.q_proj.weight"}
+    assert set(transformer["q_proj_rows"].values()) == {4}
+    want, nudged = transformer_reference(16, 2), transformer_reference(16, 2, nudge=True)  # 2 shards of 8
+    assert_weights_within_floor(transformer["weights"], want["weights"], nudged["weights"], "transformer 3-D")
     out = result[0][0]
     assert out["mesh_dims"] == ("pp", "dp_shard", "tp")
     assert [r[0]["stages"] for r in result] == [[0, 2]] * 4 + [[1, 3]] * 4
