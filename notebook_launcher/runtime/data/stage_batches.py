@@ -42,7 +42,6 @@ class StageDataLoader(DataLoaderShard):
     def __init__(self, loader: DataLoader, *, stage: StageData, **kwargs: Any) -> None:
         super().__init__(loader, **kwargs)
         self.stage = stage
-        self.indexed_batches = 0  # batches this rank read from the dataset (0 on a middle stage)
 
     def _batch_loader(self, batches: list[list[int]], kwargs: dict[str, Any]) -> Iterable[Any]:
         if not batches:
@@ -57,7 +56,6 @@ class StageDataLoader(DataLoaderShard):
         for index, batch in enumerate(loader):
             if index == 0:
                 _share_structure(structure_of(batch), self.stage.group)
-            self.indexed_batches += 1
             yield batch
 
     def _placeholders(self, count: int) -> Iterator[Any]:
