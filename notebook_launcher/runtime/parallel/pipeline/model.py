@@ -2,9 +2,10 @@
 runs torch's schedule (forward and backward of every micro-batch) and returns the batch's loss on
 every rank.
 
-Data: every rank of the pipeline is given the same batch by its loader (ranks that differ only in
-their stage read alike); `step` passes the inputs to the first stage only and the target to the last
-stage only, so the other stages use neither.
+Data: the ranks of the first and last stages get the same batch from their loaders; a middle
+stage's loader yields the batch's structure with no rows (runtime/data/stage_batches.py). `step`
+passes the inputs to the first stage only and the target to the last stage only, so what a middle
+stage is given (placeholders, or None) is never used.
 """
 
 from __future__ import annotations
