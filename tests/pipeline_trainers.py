@@ -46,6 +46,18 @@ def make_data(n: int = 64) -> TensorDataset:
     return TensorDataset(x, y)
 
 
+class CountingData(TensorDataset):
+    """make_data() that counts the samples this process read from it (a pipeline's middle stage: none)."""
+
+    def __init__(self) -> None:
+        super().__init__(*make_data().tensors)
+        self.read = 0
+
+    def __getitem__(self, index):
+        self.read += 1
+        return super().__getitem__(index)
+
+
 def reference(
     batch: int,
     steps: int,
@@ -119,13 +131,16 @@ def train_pipeline(
     whole = sum(p.numel() for p in model.parameters())
     last_block = weakref.ref(model.layers[-1].up_proj.weight)  # the first stage never holds it
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    loader = DataLoader(make_data(), batch_size=batch)
+    data = CountingData()
+    loader = DataLoader(data, batch_size=batch)
     model, opt, loader = accelerator.prepare(model, opt, loader)
     gc.collect()
-    losses, norms = [], []
+    losses, norms, rows = [], [], set()
     for i, (x, y) in enumerate(loader):
         if i >= steps * accumulate:
             break
+        x, y = x.to(accelerator.device), y.to(accelerator.device)  # a loop written for one process
+        rows.add((tuple(x.shape), x.dtype, tuple(y.shape)))
         with accelerator.accumulate(model):
             loss = model.step(x, target=y, loss_fn=nn.functional.mse_loss if loss_in_step else None)
             accelerator.backward(loss)  # a no-op: step ran backward
@@ -151,6 +166,8 @@ def train_pipeline(
         "whole_params": whole,
         "last_block_freed": last_block() is None,
         "mesh_dims": accelerator.torch_device_mesh.mesh_dim_names,
+        "samples_read": data.read,
+        "batch_shapes": sorted(rows),
     }
 
 
@@ -192,6 +209,11 @@ def save_and_resume(sizes: dict, batch: int, folder: str, schedule: str = "1f1b"
     steps(model2, opt2, batches[2:4])
     resumed = accelerator2.get_state_dict(model2)
     return {"straight": straight, "resumed": resumed}
+
+
+def cases_and_resume(items: list, sizes: dict, folder: str, schedule: str) -> tuple:
+    """cases(items), then save_and_resume on that mesh and schedule, in one launch."""
+    return cases(items), save_and_resume(sizes, 8, folder, schedule)
 
 
 def misuses() -> list:

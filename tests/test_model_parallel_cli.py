@@ -107,10 +107,39 @@ def test_config_asks_for_the_mesh():
 
     from notebook_launcher.cli.questionnaire import Asker, ask_config
 
-    answers = "1\nyes\n4\nmesh\n2\n1\n3\n2\n1\n2\nno\n1\nno\n"
+    answers = "1\nyes\n4\nmesh\n1\n2\n1\n3\n1\n2\n1\n2\nno\n1\nno\n"  # pp_size 1: no pipeline
     out = io.StringIO()
     config = ask_config(Asker(io.StringIO(answers), out), SimpleNamespace(cuda_device_count=0))
     assert "the product must equal it" in out.getvalue()
     assert config.parallelism_config["parallelism_config_tp_size"] == 2
     assert config.parallelism_config["parallelism_config_dp_shard_size"] == 2
+    assert config.distributed_type == "FSDP"
+    assert "parallelism_config_pp_size" not in config.parallelism_config
+
+
+def test_config_asks_for_the_pipeline():
+    """pp_size > 1 asks the schedule, micro-batches, stages per rank and split points; settings the
+    pipeline cannot run (3 micro-batches over 2 ranks of an interleaved schedule) are explained and
+    the mesh asked again; the answers make the YAML section the launch reads."""
+    import io
+    from types import SimpleNamespace
+
+    from notebook_launcher.cli.questionnaire import Asker, ask_config
+    from notebook_launcher.config.parallelism import from_section
+    from notebook_launcher.utils import TorchPipelineParallelConfig
+
+    mesh = ["2", "interleaved_1f1b", "3", "", "none", "1", "1", "2"]  # refused: 3 micro-batches
+    mesh += ["2", "interleaved_1f1b", "4", "2", "layers.1, layers.2,layers.3", "1", "1", "2"]
+    answers = ["1", "yes", "4", "mesh", *mesh, "no", "1", "no"]
+    out = io.StringIO()
+    config = ask_config(
+        Asker(io.StringIO("\n".join(answers) + "\n"), out), SimpleNamespace(cuda_device_count=0)
+    )
+    assert "n_microbatches=3 must be a multiple of pp_size=2" in out.getvalue()
+    assert "Please answer again" in out.getvalue()
+    pc = from_section(config.parallelism_config)
+    assert (pc.pp_size, pc.tp_size, pc.dp_shard_size) == (2, 1, 2)
+    assert pc.pp_handler == TorchPipelineParallelConfig(
+        "interleaved_1f1b", 4, 2, ["layers.1", "layers.2", "layers.3"]
+    )
     assert config.distributed_type == "FSDP"

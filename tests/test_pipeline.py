@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 from noise_floor import assert_losses_within_floor, assert_weights_within_floor
-from pipeline_trainers import cases, make_model, reference, save_and_resume
+from pipeline_trainers import cases, cases_and_resume, make_model, reference, save_and_resume
+from pipeline_transformer import transformer_cases
 
 from notebook_launcher import ParallelismConfig, notebook_launch
 from notebook_launcher.config.pipeline import check_batch, units
@@ -27,11 +28,10 @@ def _check(out: dict, batch: int, steps: int, what: str, **kwargs) -> None:
     assert_weights_within_floor(out["weights"], want["weights"], nudged["weights"], what)
     if batch == out.get("local_batch", batch):
         assert_losses_within_floor(out["losses"], want["losses"], nudged["losses"], what)
-        if isinstance(out["eval_loss"], str):  # eval_step: gpipe and 1f1b only
-            assert out["eval_loss"].startswith("AcceleratorError: model.eval_step runs gpipe and 1f1b"), what
-        else:  # forward only, after training: the trained model's loss on the first batch
-            evals = [out["eval_loss"]], [want["eval_loss"]], [nudged["eval_loss"]]
-            assert_losses_within_floor(*evals, what + " eval")
+        # eval_step, forward only, after training: the trained model's loss on the first batch
+        assert isinstance(out["eval_loss"], float), (what, out["eval_loss"])
+        evals = [out["eval_loss"]], [want["eval_loss"]], [nudged["eval_loss"]]
+        assert_losses_within_floor(*evals, what + " eval")
 
 
 def _two(items, folder):
@@ -56,7 +56,6 @@ def test_every_schedule_on_two_processes_equals_one_process():
     result = notebook_launch(_two, args=(items, folder), num_processes=2, timeout=TIMEOUT)
     (gpipe, one_f, interleaved, zbv, bf16), resume = result[0]
     _check(gpipe, 8, 3, "gpipe + accumulation", accumulate=2)  # (clipping would hide its scale)
-    assert isinstance(gpipe["eval_loss"], float) and isinstance(interleaved["eval_loss"], str)
     _check(one_f, 8, 3, "1f1b + accumulation + clipping", accumulate=2, clip=0.05)
     _check(interleaved, 8, 3, "interleaved_1f1b")
     _check(zbv, 8, 3, "zbv_zero_bubble")
@@ -96,6 +95,41 @@ def test_every_schedule_on_two_processes_equals_one_process():
     _check_the_measured_schedule(result.performance)
 
 
+def test_the_looped_and_zero_bubble_schedules_equal_one_process(tmp_path):
+    """looped_bfs (with accumulation), interleaved_zero_bubble (with clipping across the stages),
+    zbv_zero_bubble and DualPipeV (with accumulation) at PP=2 with 2 stages per rank: weights and losses of one process, and eval_step
+    (forward only through the stages in order) the one-process loss, on every rank alike. Then
+    save_state / load_state of interleaved_1f1b (2 stages per rank) resumes bitwise."""
+    items = [
+        (({"pp_size": 2}, 8, 3), {"schedule": "looped_bfs", "n_microbatches": 4, "accumulate": 2}),
+        (({"pp_size": 2}, 8, 3), {"schedule": "interleaved_zero_bubble", "n_microbatches": 4, "clip": 0.05}),
+        (({"pp_size": 2}, 8, 3), {"schedule": "zbv_zero_bubble", "n_microbatches": 2}),
+        (({"pp_size": 2}, 8, 3), {"schedule": "dualpipev", "n_microbatches": 4, "accumulate": 2}),
+    ]
+    resume_at = ({"pp_size": 2}, str(tmp_path), "interleaved_1f1b")
+    launched = notebook_launch(cases_and_resume, args=(items, *resume_at), num_processes=2, timeout=TIMEOUT)
+    result, resume = [r[0] for r in launched], launched[0][1]
+    looped, zero_bubble, zbv, dualpipev = result[0]
+    _check(looped, 8, 3, "looped_bfs + accumulation", accumulate=2)
+    _check(zero_bubble, 8, 3, "interleaved_zero_bubble + clipping", clip=0.05)
+    _check(zbv, 8, 3, "zbv_zero_bubble")
+    _check(dualpipev, 8, 3, "dualpipev + accumulation", accumulate=2)
+    assert [r[0]["stages"] for r in result] == [[0, 2], [1, 3]]  # looped placement
+    assert [r[2]["stages"] for r in result] == [[0, 3], [1, 2]]  # V placement: rank 0 first and last
+    assert zero_bubble["norms"] == result[1][1]["norms"] and len(zero_bubble["norms"]) == 3
+    assert [r[3]["stages"] for r in result] == [[0, 3], [1, 2]]
+    for case in range(4):  # the loss and the eval loss come back on every rank, the same
+        assert result[0][case]["eval_loss"] == result[1][case]["eval_loss"]
+        assert result[0][case]["losses"] == result[1][case]["losses"]
+    # data: only the first and last stages read the batches. In the V, rank 0 holds both; rank 1
+    # (stages 1 and 2) never indexes the dataset: its loader yields the batch's shape with no rows
+    assert [r[2]["samples_read"] for r in result] == [8 * 3 + 8, 0]  # (+ the pass's prefetched batch)
+    assert result[0][2]["batch_shapes"] == [((8, 8), torch.float32, (8, 1))]
+    assert result[1][2]["batch_shapes"] == [((0, 8), torch.float32, (0, 1))]
+    assert [r[0]["samples_read"] for r in result] == [8 * 6 + 8] * 2  # looped: rank 1 holds the last
+    assert all(torch.equal(resume["resumed"][k], resume["straight"][k]) for k in resume["straight"])
+
+
 def _check_the_measured_schedule(performance) -> None:
     """result.performance carries each stage's last step (the last launch's pipeline: 1f1b, m = 2)
     and the RunView draws it as the pipeline tab: one lane per stage, a block per micro-batch."""
@@ -124,8 +158,9 @@ def _check_the_measured_schedule(performance) -> None:
 
 
 @pytest.mark.slow
-def test_four_stages_and_pipeline_by_fsdp2_and_by_tp_on_four_processes():
-    """PP=4 (1F1B), PP=2 x FSDP2=2 with accumulation and clipping, PP=2 x TP=2 interleaved."""
+def test_four_stages_and_pipeline_by_fsdp2_and_by_tp_on_four_processes(tmp_path):
+    """PP=4 (1F1B), PP=2 x FSDP2=2 with accumulation and clipping, PP=2 x TP=2 interleaved; then
+    save_state / load_state at PP=4 (two middle stages) resumes bitwise."""
     items = [
         (({"pp_size": 4}, 8, 3), {"schedule": "1f1b"}),
         (
@@ -134,10 +169,14 @@ def test_four_stages_and_pipeline_by_fsdp2_and_by_tp_on_four_processes():
         ),
         (({"pp_size": 2, "tp_size": 2}, 8, 3), {"schedule": "interleaved_1f1b", "n_microbatches": 4}),
     ]
-    result = notebook_launch(cases, args=(items,), num_processes=4, timeout=TIMEOUT)
+    resume_at = ({"pp_size": 4}, str(tmp_path), "1f1b")
+    launched = notebook_launch(cases_and_resume, args=(items, *resume_at), num_processes=4, timeout=TIMEOUT)
+    result, resume = [r[0] for r in launched], launched[0][1]
+    assert all(torch.equal(resume["resumed"][k], resume["straight"][k]) for k in resume["straight"])
     pp4, fsdp, tp = result[0]
     _check(pp4, 8, 3, "pp=4")
     assert [r[0]["stages"] for r in result] == [[0], [1], [2], [3]] and pp4["mesh_dims"] == ("pp",)
+    assert [r[0]["samples_read"] for r in result] == [32, 0, 0, 32]  # the middle stages read nothing
     assert fsdp["mesh_dims"] == ("pp", "dp_shard")
     fsdp["local_batch"] = 8  # two data shards of 8: a global batch of 16, losses are per shard
     _check(fsdp, 16, 2, "pp x fsdp2", accumulate=2, clip=0.05)
@@ -147,15 +186,37 @@ def test_four_stages_and_pipeline_by_fsdp2_and_by_tp_on_four_processes():
 
 
 @pytest.mark.slow
+def _mlp_and_transformer(items, transformer_items):
+    return cases(items), transformer_cases(transformer_items)
+
+
 def test_three_dimensions_pipeline_by_fsdp2_by_tp_on_eight_processes():
-    """PP=2 (interleaved, 2 stages per rank) x FSDP2=2 x TP=2, with accumulation and clipping."""
+    """PP=2 (interleaved, 2 stages per rank) x FSDP2=2 x TP=2, with accumulation and clipping; then
+    the attention transformer (not an nn.Sequential; q/k/v and the MLP split over "tp", each rank
+    running its share of the heads) on the same mesh, to one process's weights."""
+    from pipeline_transformer import transformer_reference
+
+    mesh = {"pp_size": 2, "dp_shard_size": 2, "tp_size": 2}
     items = [
         (
-            ({"pp_size": 2, "dp_shard_size": 2, "tp_size": 2}, 8, 2),
+            (mesh, 8, 2),
             {"schedule": "interleaved_1f1b", "n_microbatches": 2, "accumulate": 2, "clip": 0.05},
         )
     ]
-    result = notebook_launch(cases, args=(items,), num_processes=8, timeout=TIMEOUT)
+    launched = notebook_launch(
+        _mlp_and_transformer,
+        args=(items, [("interleaved_1f1b", 8, 2, 2, mesh)]),
+        num_processes=8,
+        timeout=TIMEOUT,
+    )
+    result = [r[0] for r in launched]
+    transformer = launched[0][1][0]
+    assert transformer["mesh_dims"] == ("pp", "dp_shard", "tp")
+    # each rank holds a quarter of a q projection's 16 rows: its tp half of the heads, FSDP2-halved
+    assert set(transformer["q_proj_rows"]) == {"layers.0.attn.q_proj.weight", "layers.2.attn.q_proj.weight"}
+    assert set(transformer["q_proj_rows"].values()) == {4}
+    want, nudged = transformer_reference(16, 2), transformer_reference(16, 2, nudge=True)  # 2 shards of 8
+    assert_weights_within_floor(transformer["weights"], want["weights"], nudged["weights"], "transformer 3-D")
     out = result[0][0]
     assert out["mesh_dims"] == ("pp", "dp_shard", "tp")
     assert [r[0]["stages"] for r in result] == [[0, 2]] * 4 + [[1, 3]] * 4
@@ -168,6 +229,10 @@ def test_three_dimensions_pipeline_by_fsdp2_by_tp_on_eight_processes():
 def test_bad_pipeline_sizes_are_config_errors_naming_the_value():
     with pytest.raises(ConfigError, match="n_microbatches=2 is fewer than the pp_size=4"):
         ParallelismConfig(pp_size=4, pp_handler=TorchPipelineParallelConfig(n_microbatches=2))
+    with pytest.raises(
+        ConfigError, match="'dualpipev' needs at least one micro-batch per stage: n_microbatches=2"
+    ):
+        ParallelismConfig(pp_size=2, pp_handler=TorchPipelineParallelConfig("dualpipev", 2))
     with pytest.raises(ConfigError, match="n_microbatches=3 must be a multiple of pp_size=2"):
         ParallelismConfig(pp_size=2, pp_handler=TorchPipelineParallelConfig("interleaved_1f1b", 3))
     with pytest.raises(ConfigError, match="split_points=\\['layers.1', 'layers.2'\\] names 2 cut"):
@@ -226,8 +291,75 @@ def test_where_the_model_is_cut():
         stage_unit_names(blocks, 2, ["layer.3"])
     with pytest.raises(ConfigError, match="8 blocks .* for 9 pipeline stages"):
         stage_unit_names(blocks, 9, None)
-    with pytest.raises(AcceleratorError, match="cuts an nn.Sequential into stages, but got Linear"):
+    with pytest.raises(
+        AcceleratorError,
+        match="cannot cut Linear: its forward reads self.weight after taking its input.*plain chain",
+    ):
         units(torch.nn.Linear(2, 2))
+
+
+class _Residual(torch.nn.Module):  # a step between the blocks: not a chain
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+
+    def forward(self, x):
+        h = self.a(x)
+        return self.b(h) + h
+
+
+class _Twice(_Residual):
+    def forward(self, x):
+        return self.a(self.b(self.a(x)))
+
+
+class _Branchy(_Residual):
+    def forward(self, x):
+        return self.b(x) if x.sum() > 0 else self.a(x)
+
+
+def test_a_model_that_is_not_sequential_is_cut_where_its_forward_calls_its_blocks():
+    """The blocks of a torchtitan-shaped model come from its forward (torch.fx, children opaque):
+    embed, each ModuleList entry, norm, head, in running order (head is declared first); the stage
+    modules run them in that order and give the model's output. A forward that is no plain chain is
+    an AcceleratorError naming the step and saying what to do."""
+    from pipeline_transformer import make_tokens, make_transformer
+
+    from notebook_launcher.runtime.parallel.pipeline.cut import skeleton
+
+    model = make_transformer()
+    blocks = units(model)
+    assert [n for n, _ in blocks] == ["embed", *(f"layers.{i}" for i in range(4)), "norm", "head"]
+    first, second = stage_unit_names(blocks, 2, ["layers.2"])
+    x = make_tokens()[:4][0]
+    with torch.no_grad():
+        assert torch.equal(skeleton(model, second)(skeleton(model, first)(x)), model(x))
+    assert list(skeleton(model, second).state_dict())[0] == "layers.2.attn_norm.weight"
+    with pytest.raises(
+        AcceleratorError, match=r"cannot cut _Residual: its forward computes `add` after \[.a., .b.\]"
+    ):
+        units(_Residual())
+    with pytest.raises(AcceleratorError, match="cannot cut _Twice: its forward calls 'a' twice"):
+        units(_Twice())
+    with pytest.raises(AcceleratorError, match="cannot cut _Branchy: torch.fx cannot trace its forward"):
+        units(_Branchy())
+
+
+def test_an_attention_transformer_that_is_not_sequential_trains_as_one_process():
+    """The tiny transformer (MultiheadAttention, a ModuleList, AdamW, cross-entropy) at PP=2 with
+    1F1B and interleaved 1F1B: each step's loss and the weights after 3 steps are one process's."""
+    from pipeline_transformer import transformer_cases, transformer_reference
+
+    items = [("1f1b", 8, 3, 4), ("interleaved_1f1b", 8, 3, 4)]
+    result = notebook_launch(transformer_cases, args=(items,), num_processes=2, timeout=TIMEOUT)
+    want, nudged = transformer_reference(8, 3), transformer_reference(8, 3, nudge=True)
+    for case, out in zip(items, result[0], strict=True):
+        assert_weights_within_floor(out["weights"], want["weights"], nudged["weights"], case[0])
+        assert_losses_within_floor(out["losses"], want["losses"], nudged["losses"], case[0])
+    assert result[0][0]["losses"] == result[1][0]["losses"]
+    assert [r[0]["stages"] for r in result] == [[0], [1]]
+    assert {k.split(".")[0] for k in result[1][0]["local_keys"]} == {"layers", "norm", "head"}
+    assert not any(k.startswith("embed.") for k in result[1][1]["local_keys"])  # stages 1 and 3
 
 
 def test_the_pipeline_axis_in_the_mesh_the_data_ranks_and_the_yaml_section():

@@ -73,5 +73,25 @@ def test_pipeline_stages_in_the_mesh_section():
     assert (
         again.mesh.schedule.widget.value == "interleaved_1f1b" and again.mesh.microbatches.widget.value == 4
     )
+    # stages per rank and split points: each error beside its own field; the values round-trip
+    panel.mesh.split_points.widget.value = "layers.1"
+    key = "parallelism_config.parallelism_config_pp_split_points"
+    assert "names 1 cut(s), but pp_size=2 x virtual_stages=2 = 4 stages need 3" in panel.errors[key]
+    panel.mesh.split_points.widget.value = "layers.1, layers.2,layers.3"
+    assert not panel.errors
+    assert panel.config.parallelism_config["parallelism_config_pp_split_points"] == [
+        "layers.1",
+        "layers.2",
+        "layers.3",
+    ]
+    panel.mesh.schedule.widget.value = "zbv_zero_bubble"
+    panel.mesh.virtual_stages.widget.value = 3
+    key = "parallelism_config.parallelism_config_pp_virtual_stages"
+    assert "(a V); virtual_stages=3 must be 2" in panel.errors[key]
+    panel.mesh.virtual_stages.widget.value = 2
+    assert not panel.errors
+    again = ConfigPanel(config=panel.config, hardware=CPU_ONLY)
+    assert again.mesh.virtual_stages.widget.value == 2
+    assert again.mesh.split_points.widget.value == "layers.1, layers.2, layers.3"
     assert grid.index("stage 0 · replica 0 · shard 0") < grid.index("stage 1 · replica 0 · shard 1")
     assert grid.index("stage 1 · replica 0 · shard 0") < grid.index("rank 2") < grid.index("rank 3")

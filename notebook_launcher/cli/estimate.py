@@ -75,7 +75,7 @@ def estimate_parser(prog: str) -> Parser:
     )  # fmt: skip
     parser.add_argument(
         "--pp_size", "--pp-size", type=count(1), default=1, metavar="N",
-        help="also a row for a pipeline over N stages (an nn.Sequential cut evenly by parameter count)",
+        help="also a row for a pipeline over N stages (a chain of blocks cut evenly by parameter count)",
     )  # fmt: skip
     parser.add_argument("--offload", default="no", help="no, yes, or both (rows without and with)")
     return parser

@@ -14,12 +14,15 @@ from typing import Any, TextIO
 
 from ..config import LaunchConfig
 from ..config.launch_config import MIXED_PRECISIONS, RDZV_BACKENDS
+from ..config.parallelism import check_section
+from ..config.pipeline import SCHEDULES, SINGLE_STAGE, V_SHAPED
 from ..config.sections import (
     FSDP_SHARDING_STRATEGIES,
     FSDP_STATE_DICT_TYPES,
     FSDP_WRAP_POLICIES,
     OFFLOAD_DEVICES,
 )
+from ..errors import ConfigError
 from ..records.names import DEFAULT_PORT
 from .flags import UsageError, boolean, choice, count, gpu_ids, layer_classes, port, positive_float
 
@@ -102,7 +105,7 @@ def ask_config(asker: Asker, hardware: Any) -> LaunchConfig:
         "How many processes in total, over all machines?", _multiple_of(machines), machines * per_machine
     )
     strategy = asker.ask(
-        "Which strategy: ddp (replicate the model), fsdp or deepspeed (shard it), mesh (split layers: "
+        "Which strategy: ddp (replicate the model), fsdp or deepspeed (shard it), mesh (pipeline stages x "
         "tensor parallel x FSDP2)?",
         choice(("ddp", "fsdp", "deepspeed", "mesh")),
         "ddp",
@@ -166,25 +169,57 @@ def _ask_fsdp(asker: Asker) -> dict[str, Any]:
 
 
 def _ask_mesh(asker: Asker, processes: int) -> dict[str, Any]:
-    """The ParallelismConfig sizes, asked until their product is the number of processes."""
+    """The ParallelismConfig sizes (and pipeline settings), asked until their product is the number
+    of processes and the pipeline's settings fit its sizes."""
+    prefix = "parallelism_config_"
     while True:
-        tp = asker.ask("Tensor-parallel size (ranks each layer is split over)?", count(1), min(2, processes))
+        pp = asker.ask("Pipeline stages (pp_size: ranks the layers are cut over; 1 for none)?", count(1), 1)
+        pipeline = _ask_pipeline(asker) if pp > 1 else {}
+        rest = max(processes // pp, 1)
+        tp = asker.ask("Tensor-parallel size (ranks each layer is split over)?", count(1), min(2, rest))
         replicate = asker.ask("Data-parallel replicas (dp_replicate_size; HSDP with shards)?", count(1), 1)
         shard = asker.ask(
-            "FSDP2 shards (dp_shard_size)?", count(1), max(processes // max(tp * replicate, 1), 1)
+            "FSDP2 shards (dp_shard_size)?", count(1), max(processes // max(pp * tp * replicate, 1), 1)
         )
-        if tp * replicate * shard == processes:
-            prefix = "parallelism_config_"
-            return {
-                f"{prefix}dp_replicate_size": replicate,
-                f"{prefix}dp_shard_size": shard,
-                f"{prefix}tp_size": tp,
-                f"{prefix}cp_size": 1,
-            }
-        asker.stdout.write(
-            f"  tp_size={tp} x dp_replicate_size={replicate} x dp_shard_size={shard} = {tp * replicate * shard}, "
-            f"but there are {processes} processes; the product must equal it. Please answer again.\n"
-        )
+        section = {
+            f"{prefix}dp_replicate_size": replicate,
+            f"{prefix}dp_shard_size": shard,
+            f"{prefix}tp_size": tp,
+            f"{prefix}cp_size": 1,
+            **({f"{prefix}pp_size": pp, **{prefix + k: v for k, v in pipeline.items()}} if pp > 1 else {}),
+        }
+        product = pp * tp * replicate * shard
+        if product != processes:
+            sizes = (f"pp_size={pp} x " if pp > 1 else "") + f"tp_size={tp} x dp_replicate_size={replicate}"
+            asker.stdout.write(
+                f"  {sizes} x dp_shard_size={shard} = {product}, but there are {processes} processes; the "
+                "product must equal it. Please answer again.\n"
+            )
+            continue
+        try:
+            check_section(section)  # the pipeline's own rules (micro-batches, split points, ...)
+        except ConfigError as exc:
+            asker.stdout.write(f"  {exc} Please answer again.\n")
+            continue
+        return section
+
+
+def _ask_pipeline(asker: Asker) -> dict[str, Any]:
+    """The pipeline settings (TorchPipelineParallelConfig) under their YAML keys, unset ones left out."""
+    schedule = asker.ask(f"Pipeline schedule ({', '.join(SCHEDULES)})?", choice(tuple(SCHEDULES)), "1f1b")
+    answers: dict[str, Any] = {"pp_schedule": schedule}
+    answers["pp_n_microbatches"] = asker.ask(
+        "Micro-batches per batch (a number, or none for one per stage)?", _optional(count(1)), None
+    )
+    if schedule not in SINGLE_STAGE and schedule not in V_SHAPED:
+        answers["pp_virtual_stages"] = asker.ask("Stages per rank (virtual_stages)?", count(2), 2)
+    points = asker.ask(
+        "Where new stages begin (block names, comma-separated, e.g. layers.4; none for an even split)?",
+        _optional(_text),
+        None,
+    )
+    answers["pp_split_points"] = [p.strip() for p in points.split(",") if p.strip()] if points else None
+    return {k: v for k, v in answers.items() if v is not None}
 
 
 def _ask_deepspeed(asker: Asker) -> dict[str, Any]:

@@ -19,9 +19,10 @@ SCHEDULES = {
     "looped_bfs": "LoopedBFS",
     "interleaved_zero_bubble": "InterleavedZeroBubble",
     "zbv_zero_bubble": "ZBVZeroBubble",
+    "dualpipev": "DualPipeV",
 }
 SINGLE_STAGE = ("gpipe", "1f1b")  # one stage per rank
-V_SHAPED = ("zbv_zero_bubble",)  # two stages per rank, placed as a V (rank r holds r and 2p-1-r)
+V_SHAPED = ("zbv_zero_bubble", "dualpipev")  # two stages per rank, placed as a V (rank r holds r and 2p-1-r)
 
 
 @dataclass
@@ -30,7 +31,7 @@ class TorchPipelineParallelConfig:
 
     schedule: one of SCHEDULES. n_microbatches: each batch is cut into this many along dim 0 (None:
     the number of stages). virtual_stages: stages per rank (1 for gpipe/1f1b; >= 2 for the interleaved,
-    looped and zero-bubble schedules; 2 for zbv_zero_bubble). split_points: module names where a new
+    looped and zero-bubble schedules; 2 for zbv_zero_bubble and dualpipev). split_points: module names where a new
     stage begins (["layers.4"]); None cuts the model's blocks evenly by parameter count.
     loss_fn(output, target) -> loss: given once, here or on the first `model.step(..., loss_fn=)`.
     """
@@ -98,6 +99,12 @@ class TorchPipelineParallelConfig:
             raise ConfigError(
                 f"TorchPipelineParallelConfig n_microbatches={m} is fewer than the pp_size={pp_size} stages "
                 f"in flight: every stage would wait. Use n_microbatches >= {pp_size}."
+            )
+        if self.schedule == "dualpipev" and m < stages:
+            raise ConfigError(
+                f"TorchPipelineParallelConfig schedule='dualpipev' needs at least one micro-batch per stage: "
+                f"n_microbatches={m} is fewer than the {stages} stages (pp_size={pp_size} x 2); use "
+                f"n_microbatches >= {stages}."
             )
         if self.schedule not in SINGLE_STAGE and m % pp_size:
             raise ConfigError(
@@ -174,27 +181,93 @@ def _is_plain_sequential(module: Any) -> bool:
 
 
 def units(model: Any) -> list[tuple[str, Any]]:
-    """The blocks a pipeline cuts between, in running order, by qualified name: the children of an
-    nn.Sequential, with any child that is itself a plain nn.Sequential opened up (recursively)."""
-    if not _is_plain_sequential(model):
-        raise AcceleratorError(
-            f"Pipeline parallelism cuts an nn.Sequential into stages, but got {type(model).__name__} (a "
-            "forward of its own cannot be cut). Write the model as nn.Sequential(OrderedDict(embed=..., "
-            "layers=nn.Sequential(*blocks), head=...)) whose children run in order (docs/model-parallel.md, "
-            "'Pipeline parallelism')."
-        )
+    """The blocks a pipeline cuts between, in running order, by qualified name.
+
+    An nn.Sequential: its children. Any other model: the submodule calls of its forward, traced by
+    torch.fx with its children (and the entries of a ModuleList/ModuleDict child) opaque, which must
+    form a plain chain (chain_of). Either way a block that is itself a plain nn.Sequential is opened
+    up (recursively)."""
+    if _is_plain_sequential(model):
+        top = [(name, child) for name, child in model.named_children()]
+    else:
+        top = [(name, model.get_submodule(name)) for name in chain_of(model)]
     out: list[tuple[str, Any]] = []
 
-    def walk(module: Any, prefix: str) -> None:
-        for name, child in module.named_children():
-            full = f"{prefix}{name}"
-            if _is_plain_sequential(child) and any(True for _ in child.children()):
-                walk(child, full + ".")
-            else:
-                out.append((full, child))
+    def walk(name: str, module: Any) -> None:
+        if _is_plain_sequential(module) and any(True for _ in module.children()):
+            for child_name, child in module.named_children():
+                walk(f"{name}.{child_name}", child)
+        else:
+            out.append((name, module))
 
-    walk(model, "")
+    for name, module in top:
+        walk(name, module)
     return out
+
+
+def _cannot_cut(model: Any, why: str) -> AcceleratorError:
+    return AcceleratorError(
+        f"Pipeline parallelism cannot cut {type(model).__name__}: {why}. A pipeline cuts a model whose "
+        "forward is a plain chain of its submodules: each call takes only the previous call's output "
+        "(the first takes the forward's one input) and the forward returns the last, e.g. "
+        "`h = self.embed(x); for layer in self.layers: h = layer(h); return self.head(self.norm(h))`. "
+        "Move any other step (a residual, a scale, a reshape, extra arguments) into a submodule, or write "
+        "the model as nn.Sequential(OrderedDict(embed=..., layers=nn.Sequential(*blocks), head=...)) "
+        "(docs/model-parallel.md, 'Where the model is cut')."
+    )
+
+
+def _step(node: Any) -> str:
+    """A traced step that breaks the chain, in the user's terms."""
+    if node.op == "get_attr":
+        return f"reads self.{node.target}"
+    if node.op in ("call_function", "call_method"):
+        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", node.target)
+        return f"computes `{name}`"
+    if node.op == "call_module":
+        return f"calls self.{node.target} on other values than the previous call's output alone"
+    return "returns other than the last call's output"
+
+
+def chain_of(model: Any) -> list[str]:
+    """The qualified names of the submodules model.forward calls, in order, checked to be a chain
+    (torch.fx, the children and the entries of container children opaque)."""
+    from torch import fx, nn
+
+    opaque: set[int] = set()
+    for child in model.children():
+        entries = child.children() if isinstance(child, nn.ModuleList | nn.ModuleDict) else [child]
+        opaque |= {id(m) for m in entries}
+
+    class ChainTracer(fx.Tracer):
+        def is_leaf_module(self, m: Any, module_qualified_name: str) -> bool:
+            return id(m) in opaque or super().is_leaf_module(m, module_qualified_name)
+
+    try:
+        graph = ChainTracer().trace(model)
+    except Exception as exc:  # noqa: BLE001 - any tracing failure means the same to the user
+        raise _cannot_cut(model, f"torch.fx cannot trace its forward ({type(exc).__name__}: {exc})") from None
+    inputs = [n for n in graph.nodes if n.op == "placeholder"]
+    previous: Any = inputs[0] if inputs else None
+    if len([n for n in inputs if n.users]) != 1 or not previous.users:
+        raise _cannot_cut(model, "its forward must use exactly one input, its first argument")
+    calls: list[str] = []
+    for node in graph.nodes:
+        if node.op == "placeholder":
+            continue
+        if node.op == "output" and node.args == (previous,):
+            break
+        if node.op != "call_module" or node.args != (previous,) or node.kwargs:
+            raise _cannot_cut(model, f"its forward {_step(node)} after {calls or 'taking its input'}")
+        if node.target in calls:
+            raise _cannot_cut(model, f"its forward calls {node.target!r} twice")
+        calls.append(str(node.target))
+        previous = node
+    groups = [name.split(".")[0] for name in calls]  # a container's entries must run one after another
+    for i, group in enumerate(groups):
+        if group in groups[:i] and groups[i - 1] != group:
+            raise _cannot_cut(model, f"its forward comes back to {group!r} after leaving it ({calls})")
+    return calls
 
 
 def stage_bounds(

@@ -158,8 +158,8 @@ def estimate_memory(
     them for HYBRID_SHARD. optimizer: "adamw", "adam", "sgd-momentum" or "sgd".
     offload: False, True, or "both" (rows without and with). strategies: a subset of STRATEGIES.
     tp_size > 1 (with dp_shard_size): one more row per precision for that mesh (its own process count),
-    the model's own plan (`_tp_plan`) or tp_plan= saying which layers are split. pp_size > 1 (an
-    nn.Sequential): that row keeps the largest pipeline stage (an even split by parameter count).
+    the model's own plan (`_tp_plan`) or tp_plan= saying which layers are split. pp_size > 1 (a chain
+    of blocks, as prepare cuts it): that row keeps the largest pipeline stage (an even split by parameter count).
     """
     counts = [num_processes] if isinstance(num_processes, int) else list(num_processes)
     precisions = [mixed_precision] if isinstance(mixed_precision, str) else list(mixed_precision)

@@ -7,6 +7,7 @@ notebook_launch, the CLI, or nothing at all for a plain single process); explici
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
@@ -20,6 +21,7 @@ from ...errors import AcceleratorError, AcceleratorValueError
 from .. import memory_phases, ops
 from ..compile import compile_model
 from ..data import DataLoaderShard, GradientState
+from ..data.stage_batches import StageDataLoader
 from ..parallel.api import ParallelismAPI
 from ..parallel.mesh import data_rank_and_size
 from ..parallel.metrics import gather_by_data_rank
@@ -249,7 +251,9 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, 
             seed = self.config.seed if self.config.seed is not None else torch.initial_seed() % 2**31
         seed = ops.broadcast_object_list([seed])[0]
         data_rank, data_world = data_rank_and_size(self._parallelism, self.process_index, self.num_processes)
-        loader = DataLoaderShard(
+        stage = self.strategy.data_stage()  # a pipeline: only its first and last stages read batches
+        loader_class = DataLoaderShard if stage is None else functools.partial(StageDataLoader, stage=stage)
+        loader = loader_class(
             data_loader,
             rank=data_rank,  # ranks that differ only in tp/cp read the same batches
             world_size=data_world,

@@ -13,7 +13,7 @@ synchronising the Accelerator's rng_types.
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Iterator, Sized
+from collections.abc import Generator, Iterable, Iterator, Sized
 from typing import Any, cast
 
 import torch
@@ -31,15 +31,8 @@ from .samplers import BatchSamplerShard, adopt_batch_sampler, count_batches, sam
 from .stream_plan import StreamStep, round_shape, shard_stream, steps_in_stream
 from .stream_reader import StreamReader
 
-_LOADER_KEYS = (
-    "num_workers",
-    "collate_fn",
-    "pin_memory",
-    "timeout",
-    "worker_init_fn",
-    "multiprocessing_context",
-    "persistent_workers",
-)
+_LOADER_KEYS: tuple[str, ...] = ("num_workers", "collate_fn", "pin_memory", "timeout", "worker_init_fn")
+_LOADER_KEYS += ("multiprocessing_context", "persistent_workers")
 _PROGRESS_EVERY_S = 0.25
 
 
@@ -110,9 +103,7 @@ class DataLoaderShard:
         self._pass_generator_state: torch.Tensor | None = None
         self._restore_generator_state: torch.Tensor | None = None
         self._batch_sampler_view = BatchSamplerShard(self, self._sampling)
-        if (
-            self._stream is not None
-        ):  # a bad split_batches size is reported at prepare(), not at the first step
+        if self._stream is not None:  # a bad split_batches size: reported at prepare(), not at a step
             round_shape(world_size, loader.batch_size, split_batches)
         base_bs = loader.batch_size if loader.batch_size is not None else _batch_size_of(loader)
         self.total_batch_size = base_bs if split_batches else (base_bs or 1) * world_size
@@ -241,7 +232,7 @@ class DataLoaderShard:
         self._plan_cache = (self.epoch, plan)
         skip, self._skip_next = self._skip_next, 0
         batches = plan.batches[skip:]
-        loader = DataLoader(self.dataset, batch_sampler=FixedBatches(batches), **kwargs)
+        loader = self._batch_loader(batches, kwargs)
         total = len(plan.batches)
         self.batches_yielded = skip
         last_emit = 0.0
@@ -253,6 +244,10 @@ class DataLoaderShard:
                 telemetry.emit("progress", step=index, total=total, epoch=self.epoch)
                 last_emit = now
             yield self._to_device(batch)
+
+    def _batch_loader(self, batches: list[list[int]], kwargs: dict[str, Any]) -> Iterable[Any]:
+        """This pass's batches, read from the dataset (a pipeline's middle stages read none: stage_batches.py)."""
+        return DataLoader(self.dataset, batch_sampler=FixedBatches(batches), **kwargs)
 
     def _iter_iterable(self) -> Iterator[Any]:
         """This rank's share of the stream: the same number of steps on every rank (even_batches)."""

@@ -94,6 +94,10 @@ class Strategy:
         if note and self.state.is_main_process:
             print(f"notebook_launcher: {note}", flush=True)
 
+    def data_stage(self) -> Any:
+        """None: every rank reads its batches (a pipeline says which of its ranks read: StageData)."""
+        return None
+
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer, models: list[nn.Module]) -> Any:
         rebind_optimizer(optimizer, self._replaced)  # it was created from meta parameters
         return optimizer

@@ -44,7 +44,25 @@ class MeshSection:
             widgets.IntText(0, layout=widgets.Layout(width="120px")),
             help="each batch is cut into this many (0: the number of stages)",
         )
-        self.fields = [*self.sizes.values(), self.schedule, self.microbatches]
+        self.virtual_stages = Field(
+            _PREFIX + "pp_virtual_stages",
+            "stages per rank",
+            widgets.IntText(0, layout=widgets.Layout(width="120px")),
+            help="virtual_stages for the looped/interleaved schedules (0: the schedule's default)",
+        )
+        self.split_points = Field(
+            _PREFIX + "pp_split_points",
+            "split points",
+            widgets.Text("", placeholder="layers.4, layers.8", layout=widgets.Layout(width="240px")),
+            help="block names where new stages begin, comma-separated (empty: an even split)",
+        )
+        self.fields = [
+            *self.sizes.values(),
+            self.schedule,
+            self.microbatches,
+            self.virtual_stages,
+            self.split_points,
+        ]
         self.grid = widgets.HTML("")
         self.box = widgets.VBox(
             [widgets.HTML("<b>Mesh</b> (ParallelismConfig: stages × replicas × shards × tensor parallel)")]
@@ -59,6 +77,9 @@ class MeshSection:
             field.widget.value = int(section.get(f"parallelism_config_{name}", 1))
         self.schedule.widget.value = section.get("parallelism_config_pp_schedule", "1f1b")
         self.microbatches.widget.value = int(section.get("parallelism_config_pp_n_microbatches") or 0)
+        self.virtual_stages.widget.value = int(section.get("parallelism_config_pp_virtual_stages") or 0)
+        points = section.get("parallelism_config_pp_split_points") or []
+        self.split_points.widget.value = points if isinstance(points, str) else ", ".join(points)
 
     def read(self, processes: int) -> dict[str, Any]:
         """{"parallelism_config": section}; a ConfigError on the tp field when the product is not the
@@ -86,11 +107,19 @@ class MeshSection:
             section["parallelism_config_pp_schedule"] = self.schedule.widget.value
             if self.microbatches.widget.value:
                 section["parallelism_config_pp_n_microbatches"] = self.microbatches.widget.value
+            if self.virtual_stages.widget.value:
+                section["parallelism_config_pp_virtual_stages"] = self.virtual_stages.widget.value
+            points = [p.strip() for p in str(self.split_points.widget.value).split(",") if p.strip()]
+            if points:
+                section["parallelism_config_pp_split_points"] = points
             try:
                 from_section(section)
-            except ConfigError as error:  # shown beside the micro-batches, before anything launches
+            except ConfigError as error:  # shown beside the field it names, before anything launches
                 self.grid.value = ""
-                raise ConfigError(f"{_PREFIX}pp_n_microbatches: {error}") from None
+                field = next(
+                    (k for k in ("split_points", "virtual_stages") if k in str(error)), "n_microbatches"
+                )
+                raise ConfigError(f"{_PREFIX}pp_{field}: {error}") from None
         self.grid.value = mesh_grid_html(section, processes)
         return {"parallelism_config": section}
 

@@ -1,9 +1,11 @@
 """Where a model is cut into pipeline stages, and the stage modules built from its own blocks.
 
-The rule (config/pipeline.py's units() and stage_bounds(), shared with estimate-memory): the model is an `nn.Sequential` (its forward runs its children in order). Its blocks
-("units") are its children, and the children of any child that is itself a plain `nn.Sequential`,
-recursively: `Sequential(embed=..., layers=Sequential(b0, b1, ...), head=...)` has the units
-"embed", "layers.0", "layers.1", ..., "head". A stage is a run of consecutive units.
+The rule (config/pipeline.py's units() and stage_bounds(), shared with estimate-memory): the model
+is an `nn.Sequential` (its forward runs its children in order), or a model whose forward torch.fx
+traces into a plain chain of submodule calls (`embed`, each entry of a ModuleList `layers`, `norm`,
+`head`). Its blocks ("units") are those, with any block that is itself a plain `nn.Sequential`
+opened up, recursively: `Sequential(embed=..., layers=Sequential(b0, b1, ...), head=...)` has the
+units "embed", "layers.0", "layers.1", ..., "head". A stage is a run of consecutive units.
 
 - split_points=["layers.4", ...]: a new stage begins at each named unit (in order).
 - None: an even split by parameter count: stage k begins at the unit boundary whose parameters
@@ -15,7 +17,6 @@ names ("layers.4.weight" stays "layers.4.weight"), so state dicts read like the 
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 
 from torch import nn
@@ -33,20 +34,19 @@ def stage_unit_names(
 
 
 def skeleton(model: nn.Module, keep: Sequence[str]) -> nn.Sequential:
-    """Plain Sequentials holding the units `keep` (by qualified name) at their original paths, in the
-    model's order; the units are the model's own module objects (nothing is copied)."""
-    wanted = set(keep)
-
-    def build(module: nn.Module, prefix: str) -> nn.Sequential | None:
-        children: OrderedDict[str, nn.Module] = OrderedDict()
-        for name, child in module.named_children():
-            full = f"{prefix}{name}"
-            if full in wanted:
-                children[name] = child
-            elif isinstance(child, nn.Sequential) and any(k.startswith(full + ".") for k in wanted):
-                inner = build(child, full + ".")
-                if inner is not None:
-                    children[name] = inner
-        return nn.Sequential(children) if children else None
-
-    return build(model, "") or nn.Sequential()
+    """Plain Sequentials holding the units `keep` (qualified names, in running order) at their
+    original paths, so the Sequential runs them in that order; the units are the model's own module
+    objects (nothing is copied). Units under one container ("layers.2", "layers.3") share one
+    Sequential ("layers"): units() made sure a container's entries run one after another."""
+    root = nn.Sequential()
+    for name in keep:
+        *path, last = name.split(".")
+        parent: nn.Module = root
+        for part in path:
+            inner = parent._modules.get(part)
+            if inner is None:
+                inner = nn.Sequential()
+                parent.add_module(part, inner)
+            parent = inner
+        parent.add_module(last, model.get_submodule(name))
+    return root

@@ -2,9 +2,10 @@
 runs torch's schedule (forward and backward of every micro-batch) and returns the batch's loss on
 every rank.
 
-Data: every rank of the pipeline is given the same batch by its loader (ranks that differ only in
-their stage read alike); `step` passes the inputs to the first stage only and the target to the last
-stage only, so the other stages use neither.
+Data: the ranks of the first and last stages get the same batch from their loaders; a middle
+stage's loader yields the batch's structure with no rows (runtime/data/stage_batches.py). `step`
+passes the inputs to the first stage only and the target to the last stage only, so what a middle
+stage is given (placeholders, or None) is never used.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from torch import nn
 from ....config.pipeline import SCHEDULES, SINGLE_STAGE, TorchPipelineParallelConfig, check_batch
 from ....errors import AcceleratorError
 from ...world import step_clock
+from .forward_only import forward_only_losses
 from .timeline import Timeline
 
 
@@ -110,26 +112,40 @@ class PipelineModel(nn.Module):
     def eval_step(
         self, *inputs: Any, target: Any = None, loss_fn: Callable[..., Any] | None = None
     ) -> torch.Tensor:
-        """One batch through the pipeline, forward only (torch's schedule.eval, no gradients): the
-        batch's mean loss on every rank, for validation between training steps. gpipe and 1f1b only:
-        torch's eval of the multi-stage schedules runs their backward actions and fails."""
-        if self.settings.schedule not in SINGLE_STAGE:
-            raise AcceleratorError(
-                f"model.eval_step runs gpipe and 1f1b pipelines; schedule={self.settings.schedule!r} cannot run "
-                "forward only (torch's eval of it fails). Evaluate with a gpipe/1f1b pipeline of the same "
-                "weights (save_model, then load them), or on the plain model."
-            )
-        schedule = self._ready(inputs, target, loss_fn)
+        """One batch through the pipeline, forward only (no gradients): the batch's mean loss on every
+        rank, for validation between training steps. gpipe and 1f1b run torch's schedule.eval; the
+        multi-stage schedules walk their stages in order (forward_only.py: torch's eval of them runs
+        their backward actions and fails)."""
+        self._check_step(inputs, target, loss_fn)
         self._step_losses = []
         with torch.no_grad():
-            schedule.eval(
-                *(inputs if self.is_first else ()), target=target if self.is_last else None, losses=[]
-            )
+            if self.settings.schedule in SINGLE_STAGE:
+                schedule = self._schedule or self._build_schedule()
+                schedule.eval(
+                    *(inputs if self.is_first else ()), target=target if self.is_last else None, losses=[]
+                )
+            else:
+                assert self._loss_fn is not None
+                self._step_losses = forward_only_losses(
+                    dict(zip(self.stage_ids, self.stage_modules, strict=True)),
+                    _stage_to_rank(self.settings.schedule, self.pp_size, self.n_stages),
+                    self.pp_rank,
+                    inputs if self.is_first else (),
+                    target if self.is_last else None,
+                    self._loss_fn,
+                    self.settings.microbatches(self.pp_size),
+                    self.pp_group,
+                    self.device,
+                )
         return self._broadcast_loss()
 
     # ------------------------------------------------------------------ internals
     def _ready(self, inputs: tuple[Any, ...], target: Any, loss_fn: Callable[..., Any] | None) -> Any:
         """Check a step's arguments on every rank alike (no rank waits alone); the schedule."""
+        self._check_step(inputs, target, loss_fn)
+        return self._schedule or self._build_schedule()
+
+    def _check_step(self, inputs: tuple[Any, ...], target: Any, loss_fn: Callable[..., Any] | None) -> None:
         self._adopt_loss_fn(loss_fn)
         first = inputs[0] if inputs else None
         if self.is_first and not isinstance(first, torch.Tensor):
@@ -142,7 +158,6 @@ class PipelineModel(nn.Module):
                 "model.step(inputs, target=...) needs the target on the last stage (pass the same batch on "
                 "every rank)."
             )
-        return self._schedule or self._build_schedule()
 
     def _adopt_loss_fn(self, loss_fn: Callable[..., Any] | None) -> None:
         if loss_fn is not None and self._loss_fn is not None and loss_fn is not self._loss_fn:

@@ -20,6 +20,7 @@ from torch import nn
 
 from ....config.pipeline import units
 from ....errors import AcceleratorError
+from ...data.stage_batches import StageData
 from ...strategies.fsdp import checkpoint as ckpt
 from ...strategies.fsdp.strategy import _note
 from ..mesh import local_rank
@@ -45,7 +46,7 @@ class PipelineStrategy(ModelParallelStrategy):
     def wrap_model(self, model: nn.Module, *, device_placement: bool = True) -> nn.Module:
         if isinstance(model, PipelineModel):
             raise AcceleratorError("This model is already a prepared pipeline; pass the plain model.")
-        units(model)  # an nn.Sequential, or an error that says how to write one, before any work
+        units(model)  # a chain of blocks, or an error that says how to write one, before any work
         self.materialize(model)
         if device_placement:
             model = model.to(self.state.device)
@@ -87,6 +88,15 @@ class PipelineStrategy(ModelParallelStrategy):
             f"pp rank {self.pp_rank} holds stage(s) {mine}: " + "; ".join(", ".join(names[i]) for i in mine),
         )
         return prepared
+
+    def data_stage(self) -> StageData:
+        """Only the ranks of the first and the last stage read batches (runtime/data/stage_batches.py)."""
+        handler = self.parallelism.pp_handler
+        assert handler is not None  # ParallelismConfig sets one when pp_size > 1
+        pp_size = int(self.parallelism.pp_size or 1)
+        n_stages = handler.stage_count(pp_size)
+        mine = stages_of_rank(handler.schedule, pp_size, n_stages, self.pp_rank)
+        return StageData(reads=0 in mine or n_stages - 1 in mine, group=self.pp_group)
 
     def _rebind(self, optimizer: torch.optim.Optimizer) -> None:
         """The optimizer keeps this rank's parameters only (sharded ones where FSDP2/TP replaced them)."""
