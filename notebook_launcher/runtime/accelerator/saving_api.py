@@ -228,6 +228,7 @@ class SavingAPI:
             folder=str(final),
             blocked_s=time.perf_counter() - started,
             staged_bytes=saver.buffers.copied_bytes,
+            rank=ranks.index,
         )
         is_main, total_limit = ranks.is_main, self.project_configuration.total_limit
 

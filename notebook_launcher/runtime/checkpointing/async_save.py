@@ -46,6 +46,7 @@ from typing import Any
 
 from ...errors import AcceleratorError
 from ...records.names import CHECKPOINT_WAIT_ENV
+from .progress import WriteProgress
 from .writers import StagedWriter, StagingBuffers
 
 logger = logging.getLogger("notebook_launcher.checkpoint")
@@ -63,6 +64,7 @@ class CheckpointRecord:
     blocked_s: float  # how long save_state held the training thread (waiting, staging)
     total_s: float | None = None  # from the call until the folder was published (None: not yet)
     staged_bytes: int = 0  # what this rank copied to host memory
+    rank: int = 0
 
 
 class BackgroundSaver:
@@ -172,16 +174,22 @@ class BackgroundSaver:
         """Write writer's staged files in the background, then publish() on the main process."""
         self.history.append(record)
         future: Future[None] = Future()
+        progress = WriteProgress(
+            record.rank, record.step, record.folder, record.staged_bytes, writer.bytes_on_disk
+        )
+        progress.staged()  # before save_state returns: the launcher shows the save in flight
 
         def write_and_publish() -> None:
             from ..world import collective_log
 
             collective_log.not_counted_in_this_thread()  # the hang report counts the training's collectives
             failure: BaseException | None = None
+            progress.begin()
             try:
-                writer.write_all(self.before_write)
+                writer.write_all(self.before_write, progress.file_written)
             except Exception as exc:  # noqa: BLE001 - the other ranks must hear of it, then it is raised
                 failure = exc
+            progress.finish(failure is None)
             if not self._all_ranks_wrote(failure is None):  # every rank's files are complete, or not
                 raise failure or AcceleratorError(
                     "another rank's background write failed (its error is in its own output)"

@@ -1,0 +1,106 @@
+"""A background save shown while it is written (issue 36): each rank's writer reports its bytes on
+disk to the launcher; the RunView, the cell and `%ranks status` show the save in flight (step, folder,
+MB per rank) and then the last complete checkpoint. Real processes, gloo on CPU.
+
+NOTEBOOK_LAUNCHER_CHECKPOINT_PROGRESS_SECONDS=0 makes each rank report after every file (and nothing
+in between), so what the kernel receives does not depend on how fast this machine writes.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from async_checkpoint_trainers import train
+
+from notebook_launcher import notebook_launch
+from notebook_launcher.interactive import Ranks
+from notebook_launcher.launch.events import CheckpointSaved, CheckpointWriting
+from notebook_launcher.records.names import CHECKPOINT_PROGRESS_ENV
+from notebook_launcher.widgets import RunView
+
+WRITING = re.compile(r"rank 0 (\d+\.\d) of (\d+\.\d) MB")
+
+
+@pytest.fixture(autouse=True)
+def report_every_file(monkeypatch):
+    monkeypatch.setenv(CHECKPOINT_PROGRESS_ENV, "0")
+
+
+def test_the_run_view_shows_the_save_in_flight_then_the_last_complete_one(tmp_path):
+    """What the RunView's checkpoint line says after each checkpoint event of a real launch: the save
+    of the third step being written by both ranks, rank 0 part-way through its files, then published."""
+    view = RunView(refresh_interval=60)
+    shown: list[str] = []
+
+    def watch(event: object) -> None:
+        view(event)
+        if isinstance(event, (CheckpointWriting, CheckpointSaved)):
+            view.refresh()
+            shown.append(view.checkpoint_line.value)
+
+    run = notebook_launch(
+        train,
+        args=(str(tmp_path),),
+        kwargs=dict(save_at=(3,), width=100_000),  # ~12 MB of weights and AdamW state on rank 0
+        num_processes=2,
+        quiet=True,
+        observers=[watch],
+    )
+    assert run.checkpoints and shown, shown
+    step = run.checkpoints[0]["step"]  # accelerator.step when save_state was called
+    in_flight = [text for text in shown if f"checkpoint_0 (step {step}) being written" in text]
+    assert in_flight and all("last complete checkpoint: none yet" in text for text in in_flight), shown
+    assert any("rank 1" in text for text in in_flight), in_flight  # per rank
+    partway = [WRITING.search(text) for text in in_flight]
+    assert any(m and 0 < float(m[1]) < float(m[2]) for m in partway), in_flight  # MB written so far
+    assert any("rank 0 written" in text for text in in_flight), in_flight
+    last = view.checkpoint_line.value
+    assert "being written" not in last, last
+    assert f"last complete checkpoint: checkpoint_0 (step {step}," in last, last
+    assert view.checkpoint_line.layout.display == ""
+
+
+SAVE_AND_HOLD = """
+import threading, torch
+from torch import nn
+from notebook_launcher import Accelerator
+from notebook_launcher.utils import ProjectConfiguration
+from notebook_launcher.runtime.checkpointing import async_save
+acc = Accelerator(project_config=ProjectConfiguration(project_dir={project!r}, automatic_checkpoint_naming=True))
+layer = nn.Linear(1000, 1000)
+model, opt = acc.prepare(layer, torch.optim.AdamW(layer.parameters()))
+acc.backward(model(torch.randn(2, 1000)).sum())
+opt.step()  # AdamW's state: 8 MB more, in the file after the weights
+gate, reached = threading.Event(), threading.Event()
+def hold(index, path):  # rank 0: held after its first file (the weights), before the next
+    if index == 1:
+        reached.set()
+        gate.wait()
+async_save.saver().before_write = hold
+acc.save_state(async_save=True)
+if acc.is_main_process:
+    reached.wait()
+"""
+RELEASE = "gate.set()\nasync_save.finish_pending()"
+
+
+def test_ranks_status_and_the_cell_show_the_save_in_flight_then_complete(tmp_path, capfd):
+    """%%ranks: the cell that saves returns with the write held on rank 0; `%ranks status` (between
+    cells) shows it in flight per rank, the cell printed it; after the next cell it is complete."""
+    with Ranks(2) as group:
+        group.run_cell(SAVE_AND_HOLD.format(project=str(tmp_path)))
+        printed = capfd.readouterr().err
+        status = group.status()
+        assert "checkpoint_0 (step 0) being written" in status, status
+        match = WRITING.search(status)
+        assert match and 0 < float(match[1]) < float(match[2]), status  # the weights (4 MB) are on disk
+        assert "rank 1" in status and "last complete checkpoint: none yet" in status, status
+        assert "checkpoint_0 (step 0) being written" in printed, printed
+        group.run_cell(RELEASE)
+        after = capfd.readouterr().err
+        status = group.status()
+    assert "being written" not in status, status
+    assert "last complete checkpoint: checkpoint_0 (step 0," in status, status
+    assert "last complete checkpoint: checkpoint_0 (step 0," in after, after
+    assert (tmp_path / "checkpoints" / "checkpoint_0" / "model.safetensors").is_file()
