@@ -138,3 +138,50 @@ def async_save_under_deepspeed(project_dir: str) -> str:
     except AcceleratorError as exc:
         return str(exc)
     return "saved"
+
+
+def save_by_minutes(project_dir: str, saves: int = 3, fast_clock_rank: int = 1, max_steps: int = 3000) -> dict:
+    """ProjectConfiguration(save_every_n_minutes=T) with T = 10 step times measured here first (a floor
+    of this machine now, not an absolute time); rank fast_clock_rank's clock runs 3x fast, so a rank
+    deciding by its own clock would save at other steps than rank 0 (and hang in save_state). Trains
+    until `saves` periodic saves happened (every rank counts the same saves when they agree)."""
+    import time
+
+    import torch
+    from torch import nn
+
+    from notebook_launcher import Accelerator
+    from notebook_launcher.utils import ProjectConfiguration, set_seed
+
+    set_seed(0)
+    model = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    x, y = torch.randn(4, 8), torch.randn(4, 1)
+    took = []
+    for _ in range(7):  # the floor: one step of this model in this process, unprepared (faster than prepared)
+        began = time.perf_counter()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        took.append(time.perf_counter() - began)
+    period = 10 * sorted(took)[len(took) // 2]
+    config = ProjectConfiguration(project_dir=project_dir, save_every_n_minutes=period / 60)
+    accelerator = Accelerator(project_config=config)
+    data = torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+    loader = torch.utils.data.DataLoader(data, batch_size=4, shuffle=True)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    periodic = accelerator._periodic
+    assert periodic is not None
+    if accelerator.process_index == fast_clock_rank:
+        periodic.clock = lambda: 3 * time.monotonic()
+    steps = 0
+    while config.iteration < saves and steps < max_steps:
+        for xb, yb in loader:
+            accelerator.backward(torch.nn.functional.mse_loss(model(xb), yb))
+            optimizer.step()
+            optimizer.zero_grad()
+            steps += 1
+            if config.iteration >= saves or steps >= max_steps:
+                break
+    accelerator.end_training()
+    return {"saved": periodic.saved, "period": period, "steps": steps}

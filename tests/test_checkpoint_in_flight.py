@@ -104,3 +104,20 @@ def test_ranks_status_and_the_cell_show_the_save_in_flight_then_complete(tmp_pat
     assert "last complete checkpoint: checkpoint_0 (step 0," in status, status
     assert "last complete checkpoint: checkpoint_0 (step 0," in after, after
     assert (tmp_path / "checkpoints" / "checkpoint_0" / "model.safetensors").is_file()
+
+
+def test_saves_every_t_minutes_are_decided_by_rank_zeros_clock_on_every_rank(tmp_path, monkeypatch):
+    """save_every_n_minutes=T, T = 10 step times measured in the run; rank 1's clock runs 3x fast. Both
+    ranks save after the same steps (rank 0's clock decides, agreed at a step both meet at), each save
+    at least T after the previous one on rank 0's clock, and the folders are complete."""
+    from async_checkpoint_trainers import save_by_minutes
+
+    monkeypatch.delenv(CHECKPOINT_PROGRESS_ENV)
+    result = notebook_launch(save_by_minutes, args=(str(tmp_path),), num_processes=2, quiet=True, timeout=180)
+    zero, one = result
+    assert len(zero["saved"]) == 3 and zero["steps"] < 3000, zero
+    assert [steps for steps, _ in zero["saved"]] == [steps for steps, _ in one["saved"]]
+    assert all(waited >= zero["period"] for _, waited in zero["saved"]), zero
+    folders = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert folders == ["checkpoint_0", "checkpoint_1", "checkpoint_2"]
+    assert [c["step"] is not None for c in result.checkpoints] == [True] * 3
