@@ -140,7 +140,9 @@ def async_save_under_deepspeed(project_dir: str) -> str:
     return "saved"
 
 
-def save_by_minutes(project_dir: str, saves: int = 3, fast_clock_rank: int = 1, max_steps: int = 3000) -> dict:
+def save_by_minutes(
+    project_dir: str, saves: int = 3, fast_clock_rank: int = 1, max_steps: int = 3000
+) -> dict:
     """ProjectConfiguration(save_every_n_minutes=T) with T = 10 step times measured here first (a floor
     of this machine now, not an absolute time); rank fast_clock_rank's clock runs 3x fast, so a rank
     deciding by its own clock would save at other steps than rank 0 (and hang in save_state). Trains
