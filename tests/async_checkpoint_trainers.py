@@ -187,3 +187,44 @@ def save_by_minutes(
                 break
     accelerator.end_training()
     return {"saved": periodic.saved, "period": period, "steps": steps}
+
+
+def agreement_without_a_peer(project_dir: str) -> str | None:
+    """Rank 1's background write is held until rank 0 has heard that the save failed: rank 0's writer
+    must give up the publish agreement at its bound (NOTEBOOK_LAUNCHER_CHECKPOINT_AGREE_SECONDS, set by
+    the test) instead of waiting for good. Then rank 1 is let go and gives up the same way (rank 0 is
+    no longer in the agreement). Each rank returns what its save_state failure said."""
+    import threading
+
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    from notebook_launcher import Accelerator
+    from notebook_launcher.errors import AcceleratorError
+    from notebook_launcher.runtime.checkpointing import async_save
+    from notebook_launcher.utils import ProjectConfiguration
+
+    config = ProjectConfiguration(project_dir=project_dir, automatic_checkpoint_naming=True, async_save=True)
+    accelerator = Accelerator(project_config=config)
+    model = nn.Linear(4, 4)
+    model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=0.01))
+    release = threading.Event()
+    rank = accelerator.process_index
+    if rank == 1:
+        async_save.saver().before_write = lambda index, path: release.wait()
+    accelerator.save_state()
+    said = None
+    if rank == 0:
+        try:
+            async_save.saver().wait()
+        except AcceleratorError as exc:
+            said = str(exc)
+    dist.barrier()  # the training's group: rank 0 has heard of the failure by now
+    if rank == 1:
+        release.set()
+        try:
+            async_save.saver().wait()
+        except AcceleratorError as exc:
+            said = str(exc)
+    return said

@@ -121,3 +121,22 @@ def test_saves_every_t_minutes_are_decided_by_rank_zeros_clock_on_every_rank(tmp
     folders = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert folders == ["checkpoint_0", "checkpoint_1", "checkpoint_2"]
     assert [c["step"] is not None for c in result.checkpoints] == [True] * 3
+
+
+def test_the_publish_agreement_gives_up_at_its_bound_when_a_rank_does_not_come(tmp_path, monkeypatch):
+    """A rank that never reaches the agreement (held here; in life: dead without closing its connection,
+    or hung) no longer keeps the other ranks' writer threads waiting until the launcher ends them: each
+    gives up after NOTEBOOK_LAUNCHER_CHECKPOINT_AGREE_SECONDS, says so, and publishes nothing."""
+    from async_checkpoint_trainers import agreement_without_a_peer
+
+    from notebook_launcher.records.names import CHECKPOINT_AGREE_ENV
+
+    monkeypatch.setenv(CHECKPOINT_AGREE_ENV, "3")
+    said = notebook_launch(agreement_without_a_peer, args=(str(tmp_path),), num_processes=2, timeout=120)
+    for text in said:
+        assert text is not None and "was not published" in text, said
+        assert (
+            f"within 3 s ({CHECKPOINT_AGREE_ENV}" in text
+            and "previous checkpoint is still the latest" in text
+        )
+    assert not (tmp_path / "checkpoints").exists() or not list((tmp_path / "checkpoints").iterdir())

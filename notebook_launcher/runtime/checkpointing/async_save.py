@@ -13,7 +13,11 @@ The order of one asynchronous save, on every rank:
    "my files are written": a rank whose write failed (a full disk) says so, no rank publishes, and
    every rank's next save_state/end_training raises the failure.
 A rank that dies in step 3 never reaches the first barrier, so the folder is never renamed: the
-newest folder under checkpoints/ stays the previous complete one.
+newest folder under checkpoints/ stays the previous complete one. The checkpoint group's collectives
+are bounded (NOTEBOOK_LAUNCHER_CHECKPOINT_AGREE_SECONDS, 600 s by default; on one machine a dead
+peer's closed connection ends them at once): a rank that does not come (dead on a machine that is
+gone, or hung) makes the others' save fail, said in their logs and raised by their next
+save_state/end_training, instead of leaving their writer threads waiting until the launcher ends them.
 
 Why a separate process group: the background thread's collectives (the barriers, DCP's planning for
 sharded state) run while the training thread runs its own; two threads issuing collectives on one
@@ -41,11 +45,12 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from ...errors import AcceleratorError
-from ...records.names import CHECKPOINT_WAIT_ENV
+from ...records.names import CHECKPOINT_AGREE_ENV, CHECKPOINT_WAIT_ENV
 from .progress import WriteProgress
 from .writers import StagedWriter, StagingBuffers
 
@@ -53,6 +58,17 @@ logger = logging.getLogger("notebook_launcher.checkpoint")
 
 WAIT_ENV = CHECKPOINT_WAIT_ENV
 DEFAULT_WAIT_SECONDS = 600.0  # the end of a run waits this long for a save still being written
+AGREE_ENV = CHECKPOINT_AGREE_ENV
+DEFAULT_AGREE_SECONDS = 600.0  # a rank whose files are written waits this long for the others'
+
+
+def agree_seconds() -> float:
+    """The bound on the checkpoint group's collectives (NOTEBOOK_LAUNCHER_CHECKPOINT_AGREE_SECONDS)."""
+    try:
+        seconds = float(os.environ.get(AGREE_ENV, DEFAULT_AGREE_SECONDS))
+    except ValueError:
+        return DEFAULT_AGREE_SECONDS
+    return seconds if seconds > 0 else DEFAULT_AGREE_SECONDS
 
 
 @dataclass
@@ -78,6 +94,7 @@ class BackgroundSaver:
         self._group: Any = None
         self._group_world: Any = None  # the default group self._group was made beside
         self._group_made = False
+        self._bound = agree_seconds()  # the group's timeout (its collectives: the agreement, DCP's planning)
         self.pid = os.getpid()
 
     # ----------------------------------------------------------------------------- the group
@@ -89,22 +106,36 @@ class BackgroundSaver:
         world = dist.group.WORLD if dist.is_available() and dist.is_initialized() else None
         if not self._group_made or world is not self._group_world:
             self._group = (
-                dist.new_group(backend="gloo") if world is not None and dist.get_world_size() > 1 else None
+                dist.new_group(backend="gloo", timeout=timedelta(seconds=agree_seconds()))
+                if world is not None and dist.get_world_size() > 1
+                else None
             )
             self._group_world = world
+            self._bound = agree_seconds()
             self._group_made = True
         return self._group
 
-    def _all_ranks_wrote(self, wrote: bool) -> bool:
+    def _all_ranks_wrote(self, wrote: bool, record: CheckpointRecord) -> bool:
         """Whether every rank wrote its files (an all-reduce of one flag: also the barrier before
-        publishing, so a rank whose write failed does not leave the others waiting)."""
+        publishing, so a rank whose write failed does not leave the others waiting). Bounded by the
+        group's timeout: a rank that died or hangs (a machine gone without closing its connections)
+        makes this a failed save, said in the log, instead of a writer thread waiting for good."""
         if self._group is None:
             return wrote
         import torch
         import torch.distributed as dist
 
         flag = torch.tensor([1 if wrote else 0], dtype=torch.int32)
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self._group)
+        try:
+            dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self._group)
+        except Exception as exc:  # noqa: BLE001 - gloo's timeout or a closed connection: a failed save
+            said = (
+                f"the checkpoint of step {record.step} ({record.folder}) was not published: the ranks did not all "
+                f"say their files were written within {self._bound:.0f} s ({AGREE_ENV}; a rank died, hangs, or "
+                f"writes much longer than this one): {type(exc).__name__}: {str(exc)[:300]}"
+            )
+            logger.error("rank %d: %s", record.rank, said)
+            raise AcceleratorError(said + ". The previous checkpoint is still the latest.") from exc
         return bool(flag.item())
 
     def _barrier(self) -> None:
@@ -190,7 +221,7 @@ class BackgroundSaver:
             except Exception as exc:  # noqa: BLE001 - the other ranks must hear of it, then it is raised
                 failure = exc
             progress.finish(failure is None)
-            if not self._all_ranks_wrote(failure is None):  # every rank's files are complete, or not
+            if not self._all_ranks_wrote(failure is None, record):  # every rank's files are complete, or not
                 raise failure or AcceleratorError(
                     "another rank's background write failed (its error is in its own output)"
                 )
