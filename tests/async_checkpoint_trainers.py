@@ -228,3 +228,112 @@ def agreement_without_a_peer(project_dir: str) -> str | None:
         except AcceleratorError as exc:
             said = str(exc)
     return said
+
+
+def _digest(accelerator, model) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for key, tensor in sorted(accelerator.get_state_dict(model).items()):
+        digest.update(key.encode() + tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def kill_cycles(project_dir: str, seed: int, cycles: int) -> list[dict]:
+    """One attempt per restart (max_restarts=cycles): resume from the latest checkpoint and check it is
+    the one the previous attempt saw published (folder, step, weights' digest), then save one
+    checkpoint to completion (async, waited for), train on, and start another async save during whose
+    background write a rank chosen from `seed` SIGKILLs itself once a fraction of its bytes chosen
+    from `seed` is on disk (from the start of the write to its files written, before the ranks
+    agree). The last attempt returns every attempt's check (rank 0 keeps them in a file)."""
+    import json
+    import random
+    import threading
+
+    import torch
+    from torch import nn
+
+    from notebook_launcher import Accelerator
+    from notebook_launcher.runtime.checkpointing import async_save, naming
+    from notebook_launcher.utils import ProjectConfiguration, set_seed
+
+    folder = Path(project_dir)
+    config = ProjectConfiguration(
+        project_dir=project_dir, automatic_checkpoint_naming=True, total_limit=2, async_save=True
+    )
+    accelerator = Accelerator(project_config=config)
+    attempt, rank = accelerator.restart_count, accelerator.process_index
+    set_seed(attempt)
+    model = nn.Sequential(nn.Linear(256, 4096), nn.ReLU(), nn.Linear(4096, 1))  # ~12 MB with AdamW's state
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    progress = SavedCount("step")
+    accelerator.register_for_checkpointing(progress)
+    ledger, checks = folder / "published.json", folder / "checks.json"
+
+    def step() -> None:
+        accelerator.backward(model(torch.randn(4, 256)).square().mean())
+        optimizer.step()
+        optimizer.zero_grad()
+        progress.value += 1
+
+    if attempt > 0:
+        expected = json.loads(ledger.read_text())
+        latest = naming.latest_checkpoint(project_dir).name
+        accelerator.load_state()
+        seen = {
+            "attempt": attempt,
+            "latest": latest,
+            "step": progress.value,
+            "digest": _digest(accelerator, model),
+        }
+        seen["killed"] = expected.pop("killed")
+        seen["moment"] = json.loads((folder / f"moment_{attempt - 1}.json").read_text())
+        seen["ok"] = all(seen[key] == value for key, value in expected.items())
+        if rank == 0:
+            done = json.loads(checks.read_text()) if checks.exists() else []
+            checks.write_text(json.dumps([*done, seen]))
+        if attempt == cycles:
+            accelerator.end_training()
+            return json.loads(checks.read_text()) if rank == 0 else []
+    for _ in range(2):
+        step()
+    published = accelerator.save_state()
+    async_save.saver().wait()  # published on every rank
+    choice = random.Random(f"{seed}:{attempt}")  # the same on every rank
+    victim, fraction = choice.randrange(accelerator.num_processes), choice.random()
+    if rank == 0:
+        state = {"latest": published.name, "step": progress.value, "digest": _digest(accelerator, model)}
+        state["killed"] = {"rank": victim, "fraction": round(fraction, 3)}
+        scratch = folder / "published.json.tmp"
+        scratch.write_text(json.dumps(state))
+        scratch.replace(ledger)
+    accelerator.wait_for_everyone()
+    for _ in range(2):
+        step()  # the next save holds other weights
+    saver = async_save.saver()
+    if rank == victim:
+
+        def die(where: str = "its files written, before the agreement") -> None:
+            written = saver.writing.bytes_on_disk() if saver.writing is not None else 0
+            moment = {"where": where, "written": written, "staged": saver.history[-1].staged_bytes}
+            (folder / f"moment_{attempt}.json").write_text(json.dumps(moment))
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        def watch() -> None:  # kill once `fraction` of this rank's staged bytes is on disk
+            writer = saver.writing
+            target = fraction * max(1, saver.history[-1].staged_bytes)
+            while writer is None or writer.bytes_on_disk() < target:
+                threading.Event().wait(0.0005)  # a poll of the file sizes, not a synchronisation
+                writer = saver.writing
+            die("during the write")
+
+        def start_watching(index: int, path: Path) -> None:
+            if index == 0:
+                threading.Thread(target=watch, daemon=True).start()
+
+        saver.after_write = die  # its files all written before the watch saw the fraction: die now
+        saver.before_write = start_watching
+    accelerator.save_state()
+    while True:  # until this rank dies, or its peer's death ends a collective (a secondary failure)
+        step()

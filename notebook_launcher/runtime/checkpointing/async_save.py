@@ -90,6 +90,8 @@ class BackgroundSaver:
         self.buffers = StagingBuffers()
         self.history: list[CheckpointRecord] = []
         self.before_write: Callable[[int, Path], None] | None = None  # tests: stop at a chosen write
+        self.after_write: Callable[[], None] | None = None  # tests: this rank's files done, not yet agreed
+        self.writing: StagedWriter | None = None  # the save being written (tests watch its bytes)
         self._pending: Future[None] | None = None
         self._group: Any = None
         self._group_world: Any = None  # the default group self._group was made beside
@@ -221,6 +223,8 @@ class BackgroundSaver:
             except Exception as exc:  # noqa: BLE001 - the other ranks must hear of it, then it is raised
                 failure = exc
             progress.finish(failure is None)
+            if self.after_write is not None:
+                self.after_write()
             if not self._all_ranks_wrote(failure is None, record):  # every rank's files are complete, or not
                 raise failure or AcceleratorError(
                     "another rank's background write failed (its error is in its own output)"
@@ -239,7 +243,7 @@ class BackgroundSaver:
 
         # One thread per save, ended with it (no idle thread left in a kernel that forks later); not a
         # daemon, so a plain script's interpreter finishes the write before it exits.
-        self._pending = future
+        self._pending, self.writing = future, writer
         threading.Thread(target=run, name="checkpoint-writer", daemon=False).start()
 
 
