@@ -163,7 +163,10 @@ def test_a_rank_killed_at_20_random_moments_of_the_write_leaves_the_previous_che
     checks = result[0]
     assert result.restarts == 20 and len(checks) == 20, (seed, result.restarts, checks)
     assert all(check["ok"] for check in checks), (seed, [c for c in checks if not c["ok"]])
-    assert all(failure.rank == check["killed"]["rank"] for failure, check in zip(result.failures, checks))
+    assert all(
+        failure.rank == check["killed"]["rank"]
+        for failure, check in zip(result.failures, checks, strict=True)
+    )
     for check in checks:
         moment, killed = check["moment"], check["killed"]
         print(
