@@ -313,11 +313,15 @@ def kill_cycles(project_dir: str, seed: int, cycles: int) -> list[dict]:
         step()  # the next save holds other weights
     saver = async_save.saver()
     if rank == victim:
+        dying = threading.Lock()  # taken once, never given back: the watch and after_write may both come
 
         def die(where: str = "its files written, before the agreement") -> None:
+            dying.acquire()
             written = saver.writing.bytes_on_disk() if saver.writing is not None else 0
             moment = {"where": where, "written": written, "staged": saver.history[-1].staged_bytes}
-            (folder / f"moment_{attempt}.json").write_text(json.dumps(moment))
+            scratch = folder / f"moment_{attempt}.json.tmp"
+            scratch.write_text(json.dumps(moment))
+            scratch.replace(folder / f"moment_{attempt}.json")
             os.kill(os.getpid(), signal.SIGKILL)
 
         def watch() -> None:  # kill once `fraction` of this rank's staged bytes is on disk
