@@ -175,3 +175,64 @@ def test_a_rank_killed_at_20_random_moments_of_the_write_leaves_the_previous_che
     midway = [c for c in checks if c["moment"]["where"] == "during the write" and c["moment"]["written"] > 0]
     assert midway, (seed, checks)  # some kills landed with part of the files on disk (by chance: ~1 - 1e-5)
     assert {check["killed"]["rank"] for check in checks} == {0, 1}, (seed, checks)  # both ranks, by chance
+
+
+def test_a_progress_report_never_waits_for_a_full_pipe():
+    """A %%ranks rank between cells is not read: its writer's progress messages are dropped when the
+    pipe is full instead of blocking the write (other messages still wait their turn)."""
+    import fcntl
+    import multiprocessing
+    import os
+    import threading
+
+    from notebook_launcher.launch.worker.channel import CHECKPOINT_WRITING, WorkerChannel
+
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    flags = fcntl.fcntl(writer.fileno(), fcntl.F_GETFL)
+    fcntl.fcntl(writer.fileno(), fcntl.F_SETFL, flags | os.O_NONBLOCK)
+    try:
+        while True:
+            os.write(writer.fileno(), b"x" * 4096)
+    except BlockingIOError:
+        pass
+    fcntl.fcntl(writer.fileno(), fcntl.F_SETFL, flags)  # blocking again, as the worker's pipe is
+    payload = dict(step=1, path="/x/checkpoint_0", written_bytes=1, staged_bytes=2, state="writing", time=0.0)
+    sent = threading.Thread(target=WorkerChannel(writer).telemetry_sink, args=(CHECKPOINT_WRITING, payload))
+    sent.start()
+    sent.join(timeout=30)  # a bound for the failure only: the call returns at once when it works
+    blocked = sent.is_alive()
+    reader.close()  # ends a blocked write (EPIPE) so the thread can finish
+    sent.join()
+    assert not blocked
+
+
+def test_the_ticker_reports_a_file_being_written_and_nothing_after_the_end(monkeypatch):
+    """With an interval, a small thread reports the bytes of the file the writer is inside; the last
+    message is "written"."""
+    import threading
+
+    from notebook_launcher.runtime import telemetry
+    from notebook_launcher.runtime.checkpointing.progress import WriteProgress
+
+    monkeypatch.setenv(CHECKPOINT_PROGRESS_ENV, "0.01")
+    sent: list[dict] = []
+    seen_writing = threading.Event()
+
+    def sink(kind: str, payload: dict) -> None:
+        sent.append(payload)
+        if payload["state"] == "writing":
+            seen_writing.set()
+
+    on_disk = iter(range(1, 10**9))
+    telemetry.set_sink(sink)
+    try:
+        progress = WriteProgress(0, 7, "/x/checkpoint_1", 10**6, lambda: next(on_disk))
+        progress.staged()
+        progress.begin()
+        assert seen_writing.wait(timeout=30)  # a bound for the failure only
+        progress.finish(ok=True)
+    finally:
+        telemetry.set_sink(None)
+    states = [payload["state"] for payload in sent]
+    assert states[0] == "staged" and "writing" in states and states[-1] == "written", states
+    assert states.count("written") == 1 and states.index("written") == len(states) - 1
