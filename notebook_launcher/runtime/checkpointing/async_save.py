@@ -13,11 +13,12 @@ The order of one asynchronous save, on every rank:
    "my files are written": a rank whose write failed (a full disk) says so, no rank publishes, and
    every rank's next save_state/end_training raises the failure.
 A rank that dies in step 3 never reaches the first barrier, so the folder is never renamed: the
-newest folder under checkpoints/ stays the previous complete one. The checkpoint group's collectives
-are bounded (NOTEBOOK_LAUNCHER_CHECKPOINT_AGREE_SECONDS, 600 s by default; on one machine a dead
-peer's closed connection ends them at once): a rank that does not come (dead on a machine that is
-gone, or hung) makes the others' save fail, said in their logs and raised by their next
-save_state/end_training, instead of leaving their writer threads waiting until the launcher ends them.
+newest folder under checkpoints/ stays the previous complete one. The agreement and the barrier
+after publishing are bounded (NOTEBOOK_LAUNCHER_CHECKPOINT_AGREE_SECONDS, 600 s by default; on one
+machine a dead peer's closed connection ends them at once): a rank that does not come (dead on a
+machine that is gone, or hung) makes the others' save fail, said in their logs and raised by their
+next save_state/end_training, instead of leaving their writer threads waiting until the launcher ends
+them. (DCP's own collectives in a sharded save keep torch's default timeout.)
 
 Why a separate process group: the background thread's collectives (the barriers, DCP's planning for
 sharded state) run while the training thread runs its own; two threads issuing collectives on one
@@ -96,7 +97,6 @@ class BackgroundSaver:
         self._group: Any = None
         self._group_world: Any = None  # the default group self._group was made beside
         self._group_made = False
-        self._bound = agree_seconds()  # the group's timeout (its collectives: the agreement, DCP's planning)
         self.pid = os.getpid()
 
     # ----------------------------------------------------------------------------- the group
@@ -108,12 +108,9 @@ class BackgroundSaver:
         world = dist.group.WORLD if dist.is_available() and dist.is_initialized() else None
         if not self._group_made or world is not self._group_world:
             self._group = (
-                dist.new_group(backend="gloo", timeout=timedelta(seconds=agree_seconds()))
-                if world is not None and dist.get_world_size() > 1
-                else None
+                dist.new_group(backend="gloo") if world is not None and dist.get_world_size() > 1 else None
             )
             self._group_world = world
-            self._bound = agree_seconds()
             self._group_made = True
         return self._group
 
@@ -128,23 +125,30 @@ class BackgroundSaver:
         import torch.distributed as dist
 
         flag = torch.tensor([1 if wrote else 0], dtype=torch.int32)
+        self._bounded(dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self._group, async_op=True), record)
+        return bool(flag.item())
+
+    def _barrier(self, record: CheckpointRecord) -> None:
+        if self._group is not None:
+            import torch.distributed as dist
+
+            self._bounded(dist.barrier(group=self._group, async_op=True), record)
+
+    def _bounded(self, work: Any, record: CheckpointRecord) -> None:
+        """Wait for one of the checkpoint group's collectives up to the bound (Work.wait's timeout: the
+        group itself keeps torch's default, as a timeout given to new_group needs a store that can
+        change its own, which the launch's rendezvous store need not); past it, a failed save."""
+        bound = agree_seconds()
         try:
-            dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self._group)
-        except Exception as exc:  # noqa: BLE001 - gloo's timeout or a closed connection: a failed save
+            work.wait(timeout=timedelta(seconds=bound))
+        except Exception as exc:  # noqa: BLE001 - the bound passed or a connection closed: a failed save
             said = (
                 f"the checkpoint of step {record.step} ({record.folder}) was not published: the ranks did not all "
-                f"say their files were written within {self._bound:.0f} s ({AGREE_ENV}; a rank died, hangs, or "
+                f"say their files were written within {bound:.0f} s ({AGREE_ENV}; a rank died, hangs, or "
                 f"writes much longer than this one): {type(exc).__name__}: {str(exc)[:300]}"
             )
             logger.error("rank %d: %s", record.rank, said)
             raise AcceleratorError(said + ". The previous checkpoint is still the latest.") from exc
-        return bool(flag.item())
-
-    def _barrier(self) -> None:
-        if self._group is not None:
-            import torch.distributed as dist
-
-            dist.barrier(group=self._group)
 
     # ------------------------------------------------------------------------------ waiting
     @property
@@ -230,7 +234,7 @@ class BackgroundSaver:
                     "another rank's background write failed (its error is in its own output)"
                 )
             publish()
-            self._barrier()  # published, as seen from every rank
+            self._barrier(record)  # published, as seen from every rank
             record.total_s = time.perf_counter() - started
 
         def run() -> None:
