@@ -138,3 +138,206 @@ def async_save_under_deepspeed(project_dir: str) -> str:
     except AcceleratorError as exc:
         return str(exc)
     return "saved"
+
+
+def save_by_minutes(
+    project_dir: str, saves: int = 3, fast_clock_rank: int = 1, max_steps: int = 3000
+) -> dict:
+    """ProjectConfiguration(save_every_n_minutes=T) with T = 10 step times measured here first (a floor
+    of this machine now, not an absolute time); rank fast_clock_rank's clock runs 3x fast, so a rank
+    deciding by its own clock would save at other steps than rank 0 (and hang in save_state). Trains
+    until `saves` periodic saves happened (every rank counts the same saves when they agree)."""
+    import time
+
+    import torch
+    from torch import nn
+
+    from notebook_launcher import Accelerator
+    from notebook_launcher.utils import ProjectConfiguration, set_seed
+
+    set_seed(0)
+    model = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    x, y = torch.randn(4, 8), torch.randn(4, 1)
+    took = []
+    for _ in range(7):  # the floor: one step of this model in this process, unprepared (faster than prepared)
+        began = time.perf_counter()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        took.append(time.perf_counter() - began)
+    period = 10 * sorted(took)[len(took) // 2]
+    config = ProjectConfiguration(project_dir=project_dir, save_every_n_minutes=period / 60)
+    accelerator = Accelerator(project_config=config)
+    data = torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+    loader = torch.utils.data.DataLoader(data, batch_size=4, shuffle=True)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    periodic = accelerator._periodic
+    assert periodic is not None
+    if accelerator.process_index == fast_clock_rank:
+        periodic.clock = lambda: 3 * time.monotonic()
+    steps = 0
+    while config.iteration < saves and steps < max_steps:
+        for xb, yb in loader:
+            accelerator.backward(torch.nn.functional.mse_loss(model(xb), yb))
+            optimizer.step()
+            optimizer.zero_grad()
+            steps += 1
+            if config.iteration >= saves or steps >= max_steps:
+                break
+    accelerator.end_training()
+    return {"saved": periodic.saved, "period": period, "steps": steps}
+
+
+def agreement_without_a_peer(project_dir: str) -> str | None:
+    """Rank 1's background write is held until rank 0 has heard that the save failed: rank 0's writer
+    must give up the publish agreement at its bound (NOTEBOOK_LAUNCHER_CHECKPOINT_AGREE_SECONDS, set by
+    the test) instead of waiting for good. Then rank 1 is let go and gives up the same way (rank 0 is
+    no longer in the agreement). Each rank returns what its save_state failure said."""
+    import threading
+
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    from notebook_launcher import Accelerator
+    from notebook_launcher.errors import AcceleratorError
+    from notebook_launcher.runtime.checkpointing import async_save
+    from notebook_launcher.utils import ProjectConfiguration
+
+    config = ProjectConfiguration(project_dir=project_dir, automatic_checkpoint_naming=True, async_save=True)
+    accelerator = Accelerator(project_config=config)
+    model = nn.Linear(4, 4)
+    model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=0.01))
+    release = threading.Event()
+    rank = accelerator.process_index
+    if rank == 1:
+        async_save.saver().before_write = lambda index, path: release.wait()
+    accelerator.save_state()
+    said = None
+    if rank == 0:
+        try:
+            async_save.saver().wait()
+        except AcceleratorError as exc:
+            said = str(exc)
+    dist.barrier()  # the training's group: rank 0 has heard of the failure by now
+    if rank == 1:
+        release.set()
+        try:
+            async_save.saver().wait()
+        except AcceleratorError as exc:
+            said = str(exc)
+    return said
+
+
+def _digest(accelerator, model) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for key, tensor in sorted(accelerator.get_state_dict(model).items()):
+        digest.update(key.encode() + tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def kill_cycles(project_dir: str, seed: int, cycles: int) -> list[dict]:
+    """One attempt per restart (max_restarts=cycles): resume from the latest checkpoint and check it is
+    the one the previous attempt saw published (folder, step, weights' digest), then save one
+    checkpoint to completion (async, waited for), train on, and start another async save during whose
+    background write a rank chosen from `seed` SIGKILLs itself once a fraction of its bytes chosen
+    from `seed` is on disk (from the start of the write to its files written, before the ranks
+    agree). The last attempt returns every attempt's check (rank 0 keeps them in a file)."""
+    import json
+    import random
+    import threading
+
+    import torch
+    from torch import nn
+
+    from notebook_launcher import Accelerator
+    from notebook_launcher.runtime.checkpointing import async_save, naming
+    from notebook_launcher.utils import ProjectConfiguration, set_seed
+
+    folder = Path(project_dir)
+    config = ProjectConfiguration(
+        project_dir=project_dir, automatic_checkpoint_naming=True, total_limit=2, async_save=True
+    )
+    accelerator = Accelerator(project_config=config)
+    attempt, rank = accelerator.restart_count, accelerator.process_index
+    set_seed(attempt)
+    model = nn.Sequential(nn.Linear(256, 4096), nn.ReLU(), nn.Linear(4096, 1))  # ~12 MB with AdamW's state
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    progress = SavedCount("step")
+    accelerator.register_for_checkpointing(progress)
+    ledger, checks = folder / "published.json", folder / "checks.json"
+
+    def step() -> None:
+        accelerator.backward(model(torch.randn(4, 256)).square().mean())
+        optimizer.step()
+        optimizer.zero_grad()
+        progress.value += 1
+
+    if attempt > 0:
+        expected = json.loads(ledger.read_text())
+        latest = naming.latest_checkpoint(project_dir).name
+        accelerator.load_state()
+        seen = {
+            "attempt": attempt,
+            "latest": latest,
+            "step": progress.value,
+            "digest": _digest(accelerator, model),
+        }
+        seen["killed"] = expected.pop("killed")
+        seen["moment"] = json.loads((folder / f"moment_{attempt - 1}.json").read_text())
+        seen["ok"] = all(seen[key] == value for key, value in expected.items())
+        if rank == 0:
+            done = json.loads(checks.read_text()) if checks.exists() else []
+            checks.write_text(json.dumps([*done, seen]))
+        if attempt == cycles:
+            accelerator.end_training()
+            return json.loads(checks.read_text()) if rank == 0 else []
+    for _ in range(2):
+        step()
+    published = accelerator.save_state()
+    async_save.saver().wait()  # published on every rank
+    choice = random.Random(f"{seed}:{attempt}")  # the same on every rank
+    victim, fraction = choice.randrange(accelerator.num_processes), choice.random()
+    if rank == 0:
+        state = {"latest": published.name, "step": progress.value, "digest": _digest(accelerator, model)}
+        state["killed"] = {"rank": victim, "fraction": round(fraction, 3)}
+        scratch = folder / "published.json.tmp"
+        scratch.write_text(json.dumps(state))
+        scratch.replace(ledger)
+    accelerator.wait_for_everyone()
+    for _ in range(2):
+        step()  # the next save holds other weights
+    saver = async_save.saver()
+    if rank == victim:
+        dying = threading.Lock()  # taken once, never given back: the watch and after_write may both come
+
+        def die(where: str = "its files written, before the agreement") -> None:
+            dying.acquire()
+            written = saver.writing.bytes_on_disk() if saver.writing is not None else 0
+            moment = {"where": where, "written": written, "staged": saver.history[-1].staged_bytes}
+            scratch = folder / f"moment_{attempt}.json.tmp"
+            scratch.write_text(json.dumps(moment))
+            scratch.replace(folder / f"moment_{attempt}.json")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        def watch() -> None:  # kill once `fraction` of this rank's staged bytes is on disk
+            writer = saver.writing
+            target = fraction * max(1, saver.history[-1].staged_bytes)
+            while writer is None or writer.bytes_on_disk() < target:
+                threading.Event().wait(0.0005)  # a poll of the file sizes, not a synchronisation
+                writer = saver.writing
+            die("during the write")
+
+        def start_watching(index: int, path: Path) -> None:
+            if index == 0:
+                threading.Thread(target=watch, daemon=True).start()
+
+        saver.after_write = die  # its files all written before the watch saw the fraction: die now
+        saver.before_write = start_watching
+    accelerator.save_state()
+    while True:  # until this rank dies, or its peer's death ends a collective (a secondary failure)
+        step()

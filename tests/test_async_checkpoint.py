@@ -199,6 +199,10 @@ def test_async_save_settings_are_checked():
         ProjectConfiguration(async_save="yes")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="save_every_n_steps=0 must be a whole number >= 1"):
         ProjectConfiguration(save_every_n_steps=0)
+    for bad in (0, -1.5, "30", True, float("nan")):
+        with pytest.raises(ConfigError, match="save_every_n_minutes=.* must be a number of minutes > 0"):
+            ProjectConfiguration(save_every_n_minutes=bad)  # type: ignore[arg-type]
+    assert ProjectConfiguration(save_every_n_minutes=0.5).save_every_n_minutes == 0.5
 
 
 @pytest.mark.slow  # DeepSpeed's import and engine: ~25 s here

@@ -259,3 +259,32 @@ def test_the_steps_tab_draws_each_ranks_breakdown_and_names_the_straggler():
     assert "rank 1 is the straggler: its data loading takes" in pane
     assert pane.count('class="nl-steps-rank"') == 2 and "60.0 ms/step" in pane
     assert 'title="data 40.0 ms"' in pane  # rank 1's data part of its bar
+
+
+def test_the_checkpoint_line_shows_the_save_in_flight_per_rank_then_the_last_complete_one():
+    from notebook_launcher.launch.events import CheckpointSaved, CheckpointWriting, RunRestarting
+
+    view = RunView(refresh_interval=0)
+    view(started(2))
+    view.refresh()
+    assert view.checkpoint_line.layout.display == "none"  # nothing saved yet: nothing shown
+    path = "/runs/a/checkpoints/checkpoint_3"
+    view(CheckpointWriting(0, 120, path, 12_000_000, 40_100_000, "writing", 1.0))
+    view(CheckpointWriting(1, 120, path, 3_100_000, 3_000_000, "written", 1.0))
+    view.refresh()
+    line = view.checkpoint_line.value
+    assert "checkpoint_3 (step 120) being written: rank 0 12.0 of 40.1 MB, rank 1 written (3.1 MB)" in line
+    assert "last complete checkpoint: none yet" in line and view.checkpoint_line.layout.display == ""
+    view(CheckpointSaved(path, 120, 0.14, 3.2, True))
+    view(CheckpointWriting(0, 160, path.replace("_3", "_4"), 0, 40_100_000, "staged", 2.0))
+    view.refresh()
+    line = view.checkpoint_line.value
+    assert "checkpoint_4 (step 160) being written: rank 0 0.0 of 40.1 MB" in line
+    assert (
+        "last complete checkpoint: checkpoint_3 (step 120, training waited 0.14 s, published after 3.20 s)"
+        in line
+    )
+    view(RunRestarting(1, 2, "rank 1 was killed (SIGKILL)", path))  # checkpoint_4 was cut off
+    view.refresh()
+    assert "being written" not in view.checkpoint_line.value
+    assert "restart 1/2" in view.status.value  # the restart still reaches the status line

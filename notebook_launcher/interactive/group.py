@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, cast
 
+from ..launch.cell.checkpoint_view import CheckpointBoard
 from ..launch.events import tick
 from ..launch.result import RunRecord
 from ..launch.supervise.forksafety import HelperProcesses, release_openmp_threads
@@ -83,6 +84,8 @@ class _RankInbox(Inbox):
                 rank.status = "idle"  # a late answer: the rank is free again (the group stays broken)
         elif kind == channel.METRIC:
             self._take_metric(rank, payload)
+        elif kind in (channel.CHECKPOINT, channel.CHECKPOINT_WRITING):
+            self.take_checkpoint(rank, kind, payload)  # also written between cells (async_save)
         elif kind == channel.STARTED:
             rank.started = True
         else:
@@ -101,6 +104,7 @@ class RankGroup:
         self.helpers: HelperProcesses | None = None
         self.broken: str | None = None  # why cells cannot run any more (None: usable)
         self.record = RunRecord()  # its metrics: one row per accelerator.log() in any rank
+        self.checkpoints = CheckpointBoard()  # a save being written, the last complete one (status())
         self.inbox = _RankInbox(self.record, self._emit, lambda: None, lambda rank: False)
         self.started_at = time.time()
         self._next_id = 0
@@ -277,7 +281,17 @@ class RankGroup:
         except (KeyError, ValueError):
             pass
 
+    def catch_up(self) -> None:
+        """Read what the ranks sent while no command ran (a background save's progress, its end)."""
+        if self._closed:
+            return
+        for _ in range(1000):  # bounded: a rank that keeps sending cannot hold the caller here
+            if not self.selector.select(0):
+                return
+            self.pump(0)
+
     def _emit(self, event: Any) -> None:
+        self.checkpoints.apply(event)
         for observer in tuple(self.observers):
             try:
                 observer(event)

@@ -161,10 +161,12 @@ class Ranks:
         self._request(protocol.PUSH, {"values": dumps_on_host(data)}, self._chosen(ranks))
 
     def status(self) -> str:
-        """One line per rank: state, pid, device; and the group's config."""
+        """One line per rank: state, pid, device; the group's config; a checkpoint being written in the
+        background and the last complete one."""
         if self._group is None:
             return "ranks: stopped (start() or `%ranks start N`)"
         group = self._group
+        group.catch_up()
         cfg = group.plan.config
         lines = [
             f"ranks: {len(group.ranks)} processes ({group.plan.start_method}), distributed_type="
@@ -178,6 +180,7 @@ class Ranks:
                 f"  rank {rank.rank}: {state}, pid {info.get('pid', '?')}, device {info.get('device', '?')}, "
                 f"backend {info.get('backend')}"
             )
+        lines += [f"  {line}" for line in group.checkpoints.lines()]
         return "\n".join(lines)
 
     def __repr__(self) -> str:

@@ -124,6 +124,32 @@ class RunRestarting:
 
 
 @dataclass(frozen=True)
+class CheckpointWriting:
+    """A rank's background write of an asynchronous save_state (runtime/checkpointing/async_save.py):
+    "staged" when save_state returned, "writing" with the bytes on disk so far (at a modest rate),
+    "written" once its files are complete (it then waits for the others), or "failed"."""
+
+    rank: int
+    step: int
+    path: str  # the folder it is published as
+    written_bytes: int
+    staged_bytes: int  # what the rank copied to host memory for it (the files are about as big)
+    state: str
+    time: float
+
+
+@dataclass(frozen=True)
+class CheckpointSaved:
+    """A save_state folder is complete: published by a background save, or a synchronous save."""
+
+    path: str
+    step: int
+    blocked_s: float  # how long training waited for it
+    total_s: float  # from the call until the folder was in place
+    background: bool
+
+
+@dataclass(frozen=True)
 class MemorySampled:
     rank: int
     sample: dict[str, Any]  # time, rss, peak_rss, used, limit, limit_source; gpu_* on a GPU
@@ -147,6 +173,8 @@ Event = (
     | MemorySampled
     | MemoryWarning
     | RunRestarting
+    | CheckpointWriting
+    | CheckpointSaved
 )
 
 

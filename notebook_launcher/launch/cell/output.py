@@ -29,6 +29,7 @@ from ..events import (
     RunStarted,
     WorkerDisplay,
 )
+from .checkpoint_view import CheckpointBoard
 from .progress_view import bars_bundle, prune
 from .rank_logs import RankLogs
 from .surface import cell_surface
@@ -87,6 +88,7 @@ class CellPrinter:
         self._live: dict[int, str] = {}
         self._bars: dict[tuple[int, int], BarUpdate] = {}
         self._folded = 0
+        self._checkpoints = CheckpointBoard()  # the save in flight, the last complete one
         self._updates: dict[str, WorkerDisplay] = {}
         self._display_ranks: set[int] = set()
         self._dirty: set[str] = set()
@@ -97,6 +99,8 @@ class CellPrinter:
     def __call__(self, event: object) -> None:
         if self.only_displays and not isinstance(event, (WorkerDisplay, RunFinished)):
             return
+        if self._checkpoints.apply(event):  # the save in flight, the last complete one (in place)
+            self._dirty.add("checkpoints")
         if isinstance(event, RunStarted):
             self.local_ranks = tuple(event.local_ranks)
         elif isinstance(event, OutputLine):
@@ -235,6 +239,8 @@ class CellPrinter:
             self.surface.show(f"{self._ids}-live", {"text/plain": text})
         if "tail" in dirty:
             self.surface.show(f"{self._ids}-tail", {"text/plain": self._tail_text()}, final)
+        if "checkpoints" in dirty and not self._checkpoints.empty:
+            self.surface.show(f"{self._ids}-checkpoints", self._checkpoints.bundle(), final)
 
     def _tail_text(self) -> str:
         parts = []
@@ -256,7 +262,8 @@ class CellPrinter:
             self._live.clear()
             self.surface.show(f"{self._ids}-live", {"text/plain": ""})
         self._dirty.discard("live")
-        self._dirty.update(name for name, shown in (("bars", self._bars), ("tail", self._tails)) if shown)
+        shown = (("bars", self._bars), ("tail", self._tails), ("checkpoints", not self._checkpoints.empty))
+        self._dirty.update(name for name, held in shown if held)
         if self._dirty:
             self._redraw(final=True)
         self._flush_streams()

@@ -17,7 +17,17 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ..cell.traceback_view import fill_source
-from ..events import BarUpdate, MetricLogged, OutputLine, ProgressUpdate, StepsMeasured, Stream, WorkerDisplay
+from ..events import (
+    BarUpdate,
+    CheckpointSaved,
+    CheckpointWriting,
+    MetricLogged,
+    OutputLine,
+    ProgressUpdate,
+    StepsMeasured,
+    Stream,
+    WorkerDisplay,
+)
 from ..result import RankFailure, RunRecord, metric_row
 from ..worker import channel
 from ..worker.entry import UNSENT_ERROR_MARK
@@ -152,9 +162,8 @@ class Inbox:
             self._add_failure(worker, payload)
         elif kind == channel.METRIC:
             self._take_metric(worker, payload)
-        elif kind == channel.CHECKPOINT:
-            self.record.checkpoint = payload["path"]
-            self.record.checkpoints.append(dict(payload))
+        elif kind in (channel.CHECKPOINT, channel.CHECKPOINT_WRITING):
+            self.take_checkpoint(worker, kind, payload)
         elif kind == channel.PREEMPTED:
             self.record.preempted[worker.rank] = payload.get("signal")
         elif kind == channel.PROGRESS:
@@ -172,6 +181,17 @@ class Inbox:
         else:
             self.relayed(worker, kind, payload)
         return True
+
+    def take_checkpoint(self, worker: Worker, kind: str, payload: dict[str, Any]) -> None:
+        """A save_state folder completed (result.checkpoints), or a rank's background write moved on."""
+        if kind == channel.CHECKPOINT_WRITING:
+            fields = ("step", "path", "written_bytes", "staged_bytes", "state", "time")
+            self.emit(CheckpointWriting(worker.rank, **{name: payload[name] for name in fields}))
+            return
+        self.record.checkpoint = payload["path"]
+        self.record.checkpoints.append(dict(payload))
+        saved = ("path", "step", "blocked_s", "total_s", "background")
+        self.emit(CheckpointSaved(**{name: payload[name] for name in saved}))
 
     def _take_result(self, worker: Worker, payload: dict[str, Any]) -> None:
         try:

@@ -11,6 +11,7 @@ spoils nothing else. Every GPU tensor in a message is moved to the CPU here, in 
 from __future__ import annotations
 
 import pickle
+import select
 import sys
 import threading
 import time
@@ -25,6 +26,7 @@ from .host_pickle import dumps_on_host
 
 RESULT, ERROR, METRIC, PROGRESS, STARTED = "result", "error", "metric", "progress", "started"
 CHECKPOINT, PREEMPTED = "checkpoint", "preempted"  # save_state() wrote one; the ranks agreed to stop
+CHECKPOINT_WRITING = "checkpoint_writing"  # a background save's progress on this rank (async_save.py)
 MEMORY = "memory"  # a rank's memory sample (launch/worker/memory_sampler.py)
 PERFORMANCE = "performance"  # a rank's step breakdown so far (runtime/world/step_clock.py)
 DISPLAY, CLEAR, BAR = "display", "clear", "bar"  # relayed display()/clear_output()/tqdm (relay.py)
@@ -64,7 +66,19 @@ class WorkerChannel:
     def telemetry_sink(self, kind: str, payload: dict[str, Any]) -> None:
         if kind == METRIC:
             payload = dict(payload, values=self._pickled_values(payload.get("values") or {}))
+        if kind == CHECKPOINT_WRITING:
+            self._send_if_room(kind, payload)
+            return
         self._send(kind, payload)
+
+    def _send_if_room(self, kind: str, payload: Any) -> None:
+        """A progress message that must never block its sender: dropped when the pipe is full. A %%ranks
+        rank between cells is not read by the kernel, and its checkpoint writer must not wait for the
+        next cell because it reported its bytes."""
+        data = dumps_on_host((kind, payload), by_value=False)
+        with self._lock:
+            if len(data) < select.PIPE_BUF and select.select([], [self.conn], [], 0)[1]:
+                self.conn.send_bytes(data)
 
     def _pickled_values(self, values: dict[str, Any]) -> dict[str, bytes]:
         """Each logged value on its own; one that cannot be pickled is dropped with one warning."""

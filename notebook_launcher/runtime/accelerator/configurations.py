@@ -64,6 +64,9 @@ class ProjectConfiguration:
     argument: return once the state is copied to host memory and write it in the background.
     save_every_n_steps (ours): save_state() (automatic naming, total_limit rotation) every N optimizer
     steps, at the end of the training batch, without a call in the loop (checkpointing/periodic.py).
+    save_every_n_minutes (ours; Accelerate has no periodic saves): the same every T minutes (a float),
+    by rank 0's clock, agreed by every rank at the same step; with save_every_n_steps too, whichever
+    comes first (each save restarts both counts).
     """
 
     project_dir: str | None = None
@@ -74,6 +77,7 @@ class ProjectConfiguration:
     save_on_each_node: bool = False
     async_save: bool = False
     save_every_n_steps: int | None = None
+    save_every_n_minutes: float | None = None
 
     def set_directories(self, project_dir: str | os.PathLike[str] | None = None) -> None:
         """Set project_dir, and logging_dir too when it was not given."""
@@ -100,6 +104,16 @@ class ProjectConfiguration:
             raise ConfigError(
                 f"ProjectConfiguration.save_every_n_steps={every!r} must be a whole number >= 1 (optimizer "
                 "steps between checkpoints), or None to save only when save_state() is called."
+            )
+        minutes = self.save_every_n_minutes
+        if minutes is not None and (
+            isinstance(minutes, bool)
+            or not isinstance(minutes, (int, float))
+            or not 0 < minutes < float("inf")
+        ):
+            raise ConfigError(
+                f"ProjectConfiguration.save_every_n_minutes={minutes!r} must be a number of minutes > 0 (e.g. 30 or "
+                "0.5), or None to save only by steps or when save_state() is called."
             )
         if isinstance(self.iteration, bool) or not isinstance(self.iteration, int) or self.iteration < 0:
             raise ConfigError(

@@ -21,7 +21,7 @@ from ...errors import AcceleratorError, AcceleratorValueError
 from .. import memory_phases, telemetry
 from ..checkpointing import async_save as async_save_module
 from ..checkpointing import checkpoint, model_files, naming
-from ..checkpointing.periodic import PeriodicSaves
+from ..checkpointing.periodic import PeriodicSaves, rank_zero_decides
 from ..checkpointing.safe_files import save_safetensors
 from ..checkpointing.writers import StagedWriter
 from ..precision.mixed import Precision
@@ -63,6 +63,8 @@ class SavingAPI:
         def wait_for_everyone(self) -> None: ...
         @property
         def project_dir(self) -> str | None: ...
+        @property
+        def device(self) -> torch.device: ...
         def _tracker_runs(self) -> dict[str, dict]: ...
         def _continue_tracker_runs(self, checkpoint_dir: str | os.PathLike[str]) -> None: ...
 
@@ -228,6 +230,7 @@ class SavingAPI:
             folder=str(final),
             blocked_s=time.perf_counter() - started,
             staged_bytes=saver.buffers.copied_bytes,
+            rank=ranks.index,
         )
         is_main, total_limit = ranks.is_main, self.project_configuration.total_limit
 
@@ -264,9 +267,11 @@ class SavingAPI:
         memory_phases.phase_ended()
 
     def _periodic_saves(self) -> PeriodicSaves | None:
-        """ProjectConfiguration.save_every_n_steps for the prepared loaders (one counter for all)."""
-        every = self.project_configuration.save_every_n_steps
-        if every is None:
+        """ProjectConfiguration.save_every_n_steps / save_every_n_minutes for the prepared loaders (one
+        counter for all; the time decided by rank 0's clock, checkpointing/periodic.py)."""
+        project = self.project_configuration
+        every, minutes = project.save_every_n_steps, project.save_every_n_minutes
+        if every is None and minutes is None:
             return None
         if self.project_dir is None:
             naming.checkpoints_folder(None)  # raises: periodic saves are named automatically
@@ -275,7 +280,13 @@ class SavingAPI:
             def optimizer_steps() -> int:
                 return max((getattr(o, "steps_taken", 0) for o in self._optimizers), default=0)
 
-            self._periodic = PeriodicSaves(every, optimizer_steps, self.save_state)
+            self._periodic = PeriodicSaves(
+                every,
+                optimizer_steps,
+                self.save_state,
+                every_seconds=None if minutes is None else 60.0 * minutes,
+                agree=rank_zero_decides(self.device),
+            )
         return self._periodic
 
     def _training_objects(self) -> checkpoint.TrainingObjects:

@@ -13,7 +13,12 @@ The order of one asynchronous save, on every rank:
    "my files are written": a rank whose write failed (a full disk) says so, no rank publishes, and
    every rank's next save_state/end_training raises the failure.
 A rank that dies in step 3 never reaches the first barrier, so the folder is never renamed: the
-newest folder under checkpoints/ stays the previous complete one.
+newest folder under checkpoints/ stays the previous complete one. The agreement and the barrier
+after publishing are bounded (NOTEBOOK_LAUNCHER_CHECKPOINT_AGREE_SECONDS, 600 s by default; on one
+machine a dead peer's closed connection ends them at once): a rank that does not come (dead on a
+machine that is gone, or hung) makes the others' save fail, said in their logs and raised by their
+next save_state/end_training, instead of leaving their writer threads waiting until the launcher ends
+them. (DCP's own collectives in a sharded save keep torch's default timeout.)
 
 Why a separate process group: the background thread's collectives (the barriers, DCP's planning for
 sharded state) run while the training thread runs its own; two threads issuing collectives on one
@@ -41,17 +46,30 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from ...errors import AcceleratorError
-from ...records.names import CHECKPOINT_WAIT_ENV
+from ...records.names import CHECKPOINT_AGREE_ENV, CHECKPOINT_WAIT_ENV
+from .progress import WriteProgress
 from .writers import StagedWriter, StagingBuffers
 
 logger = logging.getLogger("notebook_launcher.checkpoint")
 
 WAIT_ENV = CHECKPOINT_WAIT_ENV
 DEFAULT_WAIT_SECONDS = 600.0  # the end of a run waits this long for a save still being written
+AGREE_ENV = CHECKPOINT_AGREE_ENV
+DEFAULT_AGREE_SECONDS = 600.0  # a rank whose files are written waits this long for the others'
+
+
+def agree_seconds() -> float:
+    """The bound on the checkpoint group's collectives (NOTEBOOK_LAUNCHER_CHECKPOINT_AGREE_SECONDS)."""
+    try:
+        seconds = float(os.environ.get(AGREE_ENV, DEFAULT_AGREE_SECONDS))
+    except ValueError:
+        return DEFAULT_AGREE_SECONDS
+    return seconds if seconds > 0 else DEFAULT_AGREE_SECONDS
 
 
 @dataclass
@@ -63,6 +81,7 @@ class CheckpointRecord:
     blocked_s: float  # how long save_state held the training thread (waiting, staging)
     total_s: float | None = None  # from the call until the folder was published (None: not yet)
     staged_bytes: int = 0  # what this rank copied to host memory
+    rank: int = 0
 
 
 class BackgroundSaver:
@@ -72,6 +91,8 @@ class BackgroundSaver:
         self.buffers = StagingBuffers()
         self.history: list[CheckpointRecord] = []
         self.before_write: Callable[[int, Path], None] | None = None  # tests: stop at a chosen write
+        self.after_write: Callable[[], None] | None = None  # tests: this rank's files done, not yet agreed
+        self.writing: StagedWriter | None = None  # the save being written (tests watch its bytes)
         self._pending: Future[None] | None = None
         self._group: Any = None
         self._group_world: Any = None  # the default group self._group was made beside
@@ -93,23 +114,41 @@ class BackgroundSaver:
             self._group_made = True
         return self._group
 
-    def _all_ranks_wrote(self, wrote: bool) -> bool:
+    def _all_ranks_wrote(self, wrote: bool, record: CheckpointRecord) -> bool:
         """Whether every rank wrote its files (an all-reduce of one flag: also the barrier before
-        publishing, so a rank whose write failed does not leave the others waiting)."""
+        publishing, so a rank whose write failed does not leave the others waiting). Bounded by the
+        group's timeout: a rank that died or hangs (a machine gone without closing its connections)
+        makes this a failed save, said in the log, instead of a writer thread waiting for good."""
         if self._group is None:
             return wrote
         import torch
         import torch.distributed as dist
 
         flag = torch.tensor([1 if wrote else 0], dtype=torch.int32)
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self._group)
+        self._bounded(dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self._group, async_op=True), record)
         return bool(flag.item())
 
-    def _barrier(self) -> None:
+    def _barrier(self, record: CheckpointRecord) -> None:
         if self._group is not None:
             import torch.distributed as dist
 
-            dist.barrier(group=self._group)
+            self._bounded(dist.barrier(group=self._group, async_op=True), record)
+
+    def _bounded(self, work: Any, record: CheckpointRecord) -> None:
+        """Wait for one of the checkpoint group's collectives up to the bound (Work.wait's timeout: the
+        group itself keeps torch's default, as a timeout given to new_group needs a store that can
+        change its own, which the launch's rendezvous store need not); past it, a failed save."""
+        bound = agree_seconds()
+        try:
+            work.wait(timeout=timedelta(seconds=bound))
+        except Exception as exc:  # noqa: BLE001 - the bound passed or a connection closed: a failed save
+            said = (
+                f"the checkpoint of step {record.step} ({record.folder}) was not published: the ranks did not all "
+                f"say their files were written within {bound:.0f} s ({AGREE_ENV}; a rank died, hangs, or "
+                f"writes much longer than this one): {type(exc).__name__}: {str(exc)[:300]}"
+            )
+            logger.error("rank %d: %s", record.rank, said)
+            raise AcceleratorError(said + ". The previous checkpoint is still the latest.") from exc
 
     # ------------------------------------------------------------------------------ waiting
     @property
@@ -172,22 +211,30 @@ class BackgroundSaver:
         """Write writer's staged files in the background, then publish() on the main process."""
         self.history.append(record)
         future: Future[None] = Future()
+        progress = WriteProgress(
+            record.rank, record.step, record.folder, record.staged_bytes, writer.bytes_on_disk
+        )
+        progress.staged()  # before save_state returns: the launcher shows the save in flight
 
         def write_and_publish() -> None:
             from ..world import collective_log
 
             collective_log.not_counted_in_this_thread()  # the hang report counts the training's collectives
             failure: BaseException | None = None
+            progress.begin()
             try:
-                writer.write_all(self.before_write)
+                writer.write_all(self.before_write, progress.file_written)
             except Exception as exc:  # noqa: BLE001 - the other ranks must hear of it, then it is raised
                 failure = exc
-            if not self._all_ranks_wrote(failure is None):  # every rank's files are complete, or not
+            progress.finish(failure is None)
+            if self.after_write is not None:
+                self.after_write()
+            if not self._all_ranks_wrote(failure is None, record):  # every rank's files are complete, or not
                 raise failure or AcceleratorError(
                     "another rank's background write failed (its error is in its own output)"
                 )
             publish()
-            self._barrier()  # published, as seen from every rank
+            self._barrier(record)  # published, as seen from every rank
             record.total_s = time.perf_counter() - started
 
         def run() -> None:
@@ -200,7 +247,7 @@ class BackgroundSaver:
 
         # One thread per save, ended with it (no idle thread left in a kernel that forks later); not a
         # daemon, so a plain script's interpreter finishes the write before it exits.
-        self._pending = future
+        self._pending, self.writing = future, writer
         threading.Thread(target=run, name="checkpoint-writer", daemon=False).start()
 
 

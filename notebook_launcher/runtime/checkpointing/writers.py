@@ -11,6 +11,7 @@ storage (tied weights) stay shared in the staged copy, so the files are those of
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -148,6 +149,7 @@ class StagedWriter:
         self.buffers = buffers
         self.group = group  # the checkpoint's own process group (DCP's planning runs on it)
         self.writes: list[tuple[Path, Callable[[], object]]] = []
+        self.started = 0  # how many of the writes have begun (the progress counts their files)
 
     def _key(self, path: Path) -> tuple[str, ...]:
         return (path.name,)
@@ -172,10 +174,28 @@ class StagedWriter:
         group = self.group
         self.writes.append((path, lambda: dcp.save(staged, checkpoint_id=str(path), process_group=group)))
 
-    def write_all(self, before_each: Callable[[int, Path], None] | None = None) -> None:
+    def write_all(
+        self,
+        before_each: Callable[[int, Path], None] | None = None,
+        after_each: Callable[[], None] | None = None,
+    ) -> None:
         """Run the kept writes in order (the background thread); before_each(i, path) is the tests'
-        seam to stop a rank at a chosen moment of the write."""
+        seam to stop a rank at a chosen moment of the write; after_each() reports the progress."""
         for index, (path, write) in enumerate(self.writes):
             if before_each is not None:
                 before_each(index, path)
+            self.started = index + 1
             write()
+            if after_each is not None:
+                after_each()
+
+    def bytes_on_disk(self) -> int:
+        """The sizes of the files written so far, the one being written included (a DCP folder: its
+        files)."""
+        total = 0
+        for path, _ in self.writes[: self.started]:
+            if path.is_dir():
+                total += sum(entry.stat().st_size for entry in os.scandir(path) if entry.is_file())
+            elif path.exists():
+                total += path.stat().st_size
+        return total

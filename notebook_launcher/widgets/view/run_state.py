@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...launch.cell.checkpoint_view import CheckpointBoard
 from ...launch.cell.progress_view import prune
 from ...launch.events import (
     BarUpdate,
@@ -73,10 +74,12 @@ class RunState:
     memory_peaks: dict[int, int] = field(default_factory=dict)
     memory_warning: MemoryWarning | None = None
     steps: dict[int, dict[str, Any]] = field(default_factory=dict)  # each rank's step breakdown so far
+    checkpoints: CheckpointBoard = field(default_factory=CheckpointBoard)  # in flight, last complete
 
     # ------------------------------------------------------------------ events
     def apply(self, event: object) -> None:
         """Fold one launch event into the state; unknown events are ignored."""
+        self.checkpoints.apply(event)  # (a restart also drops the save its attempt left unpublished)
         if isinstance(event, RunStarted):
             self.world_size = event.world_size
             self.local_ranks = tuple(event.local_ranks)

@@ -63,6 +63,8 @@ class RunView(widgets.VBox):
         self.mesh_grid = widgets.HTML("", layout=widgets.Layout(display="none"))  # a ParallelismConfig run
         self.memory_line = widgets.HTML("", layout=widgets.Layout(display="none"))
         self.memory_line.add_class("nl-memory")
+        self.checkpoint_line = widgets.HTML("", layout=widgets.Layout(display="none"))  # in flight, last
+        self._drawn_checkpoints = ""
         self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="320px"))
         self.progress_label = widgets.Label("")
         self.bars = widgets.HTML("", layout=widgets.Layout(display="none"))  # the ranks' tqdm bars
@@ -100,6 +102,7 @@ class RunView(widgets.VBox):
                 ),
                 self.mesh_grid,
                 self.memory_line,
+                self.checkpoint_line,
                 self.progress_row,
                 self.bars,
                 self.hang_box.pane,
@@ -209,6 +212,7 @@ class RunView(widgets.VBox):
             self._draw_chart()
             self.status.value = self._status_html()
             self._draw_memory()
+            self._draw_checkpoints()
             if self.state.finished is not None:
                 self.stop_button.disabled = True
                 self.stop_button.description = "Stop"
@@ -309,6 +313,16 @@ class RunView(widgets.VBox):
             body += f'<br><span style="color:#c62828">{html.escape(warning.text)}</span>'
         self.memory_line.value = f'<span style="font-size:12px;color:#555">{body}</span>'
         self.memory_line.layout.display = ""
+
+    def _draw_checkpoints(self) -> None:
+        """The save being written (step, folder, MB per rank) and the last complete checkpoint."""
+        board = self.state.checkpoints
+        if board.empty:
+            return
+        body = board.bundle()["text/html"]
+        if body != self._drawn_checkpoints:
+            self._drawn_checkpoints = self.checkpoint_line.value = body
+            self.checkpoint_line.layout.display = ""
 
     def _status_html(self) -> str:
         finished = self.state.finished
