@@ -236,3 +236,55 @@ def test_the_ticker_reports_a_file_being_written_and_nothing_after_the_end(monke
     states = [payload["state"] for payload in sent]
     assert states[0] == "staged" and "writing" in states and states[-1] == "written", states
     assert states.count("written") == 1 and states.index("written") == len(states) - 1
+
+
+KERNEL_CELL = """
+import os, sys
+sys.path.insert(0, {tests!r})
+os.environ[{progress_env!r}] = "0"
+from async_checkpoint_trainers import train
+from notebook_launcher import notebook_launch
+run = notebook_launch(train, args=({folder!r},), kwargs=dict(save_at=(3,), width=100_000), num_processes=2)
+print("checkpoints:", len(run.checkpoints))
+"""
+
+
+@pytest.mark.slow
+def test_in_a_real_kernel_the_cell_shows_the_save_in_flight_then_the_last_complete_one(kernel, tmp_path):
+    """A notebook cell's own output: one display, updated in place (display_id), that says the save is
+    being written and ends on the last complete checkpoint."""
+    import queue
+    import time
+    from pathlib import Path
+
+    code = KERNEL_CELL.format(
+        tests=str(Path(__file__).parent), progress_env=CHECKPOINT_PROGRESS_ENV, folder=str(tmp_path)
+    )
+    msg_id = kernel.kc.execute(code)
+    shown: dict[str, list[str]] = {}  # display_id -> every text/plain it showed, in order
+    stdout = ""
+    deadline = time.monotonic() + 300  # a hang's bound, not a speed claim
+    while time.monotonic() < deadline:
+        try:
+            msg = kernel.kc.get_iopub_msg(timeout=1.0)
+        except queue.Empty:
+            continue
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        kind, content = msg["msg_type"], msg["content"]
+        if kind in ("display_data", "update_display_data"):
+            display_id = content.get("transient", {}).get("display_id", "")
+            shown.setdefault(display_id, []).append(content["data"].get("text/plain", ""))
+        elif kind == "stream" and content["name"] == "stdout":
+            stdout += content["text"]
+        elif kind == "error":
+            pytest.fail("\n".join(content["traceback"]))
+        elif kind == "status" and content["execution_state"] == "idle":
+            break
+    assert "checkpoints: 1" in stdout, stdout
+    boards = [texts for texts in shown.values() if any("checkpoint" in text for text in texts)]
+    assert len(boards) == 1, shown  # one display, updated in place
+    texts = boards[0]
+    assert any("checkpoint_0 (step" in text and "being written" in text for text in texts), texts
+    assert "last complete checkpoint: checkpoint_0 (step" in texts[-1], texts
+    assert "being written" not in texts[-1], texts
