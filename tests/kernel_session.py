@@ -16,6 +16,7 @@ class CellRun:
     stderr: str = ""
     error: dict | None = None
     results: list = field(default_factory=list)
+    displays: dict = field(default_factory=dict)  # display_id -> each data it showed, updates included
     status: str = ""
     first_output_at: float | None = None
 
@@ -68,6 +69,9 @@ class KernelSession:
                 run.error = content
             elif kind in ("execute_result", "display_data"):
                 run.results.append(content["data"])
+            if kind in ("display_data", "update_display_data"):
+                display_id = content.get("transient", {}).get("display_id", "")
+                run.displays.setdefault(display_id, []).append(content["data"])
             elif kind == "status" and content["execution_state"] == "idle":
                 break
             if (

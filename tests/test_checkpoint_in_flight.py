@@ -253,34 +253,15 @@ print("checkpoints:", len(run.checkpoints))
 def test_in_a_real_kernel_the_cell_shows_the_save_in_flight_then_the_last_complete_one(kernel, tmp_path):
     """A notebook cell's own output: one display, updated in place (display_id), that says the save is
     being written and ends on the last complete checkpoint."""
-    import queue
-    import time
     from pathlib import Path
 
     code = KERNEL_CELL.format(
         tests=str(Path(__file__).parent), progress_env=CHECKPOINT_PROGRESS_ENV, folder=str(tmp_path)
     )
-    msg_id = kernel.kc.execute(code)
-    shown: dict[str, list[str]] = {}  # display_id -> every text/plain it showed, in order
-    stdout = ""
-    deadline = time.monotonic() + 300  # a hang's bound, not a speed claim
-    while time.monotonic() < deadline:
-        try:
-            msg = kernel.kc.get_iopub_msg(timeout=1.0)
-        except queue.Empty:
-            continue
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        kind, content = msg["msg_type"], msg["content"]
-        if kind in ("display_data", "update_display_data"):
-            display_id = content.get("transient", {}).get("display_id", "")
-            shown.setdefault(display_id, []).append(content["data"].get("text/plain", ""))
-        elif kind == "stream" and content["name"] == "stdout":
-            stdout += content["text"]
-        elif kind == "error":
-            pytest.fail("\n".join(content["traceback"]))
-        elif kind == "status" and content["execution_state"] == "idle":
-            break
+    cell = kernel.run(code, timeout=300)  # a hang's bound, not a speed claim
+    assert cell.error is None, cell.error
+    stdout = cell.stdout
+    shown = {key: [data.get("text/plain", "") for data in datas] for key, datas in cell.displays.items()}
     assert "checkpoints: 1" in stdout, stdout
     boards = [texts for texts in shown.values() if any("checkpoint" in text for text in texts)]
     assert len(boards) == 1, shown  # one display, updated in place
