@@ -26,7 +26,8 @@ RUNNER = str(Path(__file__).resolve().parent / "run_accelerate_script.py")
 # that never holds more than one item, and only the rank that takes the last 0 calls PartialState().
 # Two endings of that race cannot pass under any launcher; ours must say which one happened:
 # - both ranks see the one item: one takes it and waits in the rendezvous, the other blocks forever
-#   in queue.get() (test_notebook.py line 44) — the stall report names both (about 1 run in 5 here);
+#   in queue.get() (test_notebook.py line 44) — the stall report names both, the blocked one reading
+#   the queue's pipe (about 1 run in 5 here);
 # - the last restart's attempt starts on the 0: one rank takes it and waits in the rendezvous, the
 #   other finds the queue empty and returns, so the group can never form — the launch fails at once
 #   naming both ranks, with every restart used (seen in CI when no attempt took two items).
@@ -44,13 +45,15 @@ ORPHAN_VERDICT = re.compile(
 )
 
 
-def _blocked_in_get(output: str, rank: str) -> bool:
-    """That rank's stack dump (its [rankN] lines) is in multiprocessing's Queue.get, called from line 44."""
+def _blocked_in_get(report: str, rank: str) -> bool:
+    """That rank's section of the hang report says it is blocked reading a multiprocessing pipe (the
+    queue's: Queue.get at test_notebook.py line 44 reads it; the report folds the library frames
+    between, accelerate's and the standard library's, so the innermost frame is what it shows)."""
     return bool(
         re.search(
-            rf'\[rank{rank}\]\s+File ".*multiprocessing/queues\.py", line \d+ in get\n'
-            rf'\[rank{rank}\]\s+File ".*test_notebook\.py", line 44 in tough_nut_function',
-            output,
+            rf"--- rank {rank}: at _recv \(connection\.py:\d+\)[^\n]*---\n"
+            rf'.*\n\s+File ".*multiprocessing/connection\.py", line \d+ in _recv',
+            report,
         )
     )
 
