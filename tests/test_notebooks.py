@@ -82,6 +82,18 @@ def output_of(nb, source_snippet: str) -> str:
     return cell_text(cells[0])
 
 
+def cell_seconds(nb, source_snippet: str) -> float:
+    """How long the one code cell whose source contains source_snippet ran (nbclient's timing)."""
+    from datetime import datetime
+
+    (cell,) = [c for c in nb.cells if c.cell_type == "code" and source_snippet in c.source]
+    timing = cell.metadata["execution"]
+    began, ended = (
+        datetime.fromisoformat(timing[key]) for key in ("iopub.execute_input", "shell.execute_reply")
+    )
+    return (ended - began).total_seconds()
+
+
 def assert_stored_clean(nb, name: str) -> None:
     assert nb.metadata["kernelspec"]["name"] == "python3", f"{name}: kernelspec must be python3"
     dirty = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (c.outputs or c.execution_count)]
@@ -183,10 +195,13 @@ def check_checkpoint_resume(nb) -> None:
     got = facts(nb)
     assert got["resumed_loss"] == got["uninterrupted_loss"]
     assert got["same_weights"] is True
-    # the failure was caught in the notebook, named the crashing rank, and came back within seconds
+    # the failure was caught in the notebook, named the crashing rank, and came back at once: sooner
+    # than the uninterrupted run of all 4 epochs took in the same kernel (the crash comes in epoch 3),
+    # with as much again for slack; a launcher waiting out a timeout after the crash fails this
     crash = output_of(nb, "crashed_dir = WORK")
     found = re.search(r"caught WorkerError after (\d+\.\d)s: rank (\d+) raised RuntimeError", crash)
-    assert found and float(found.group(1)) < 30, crash
+    uninterrupted = cell_seconds(nb, "uninterrupted = notebook_launch(")
+    assert found and float(found.group(1)) < 2 * uninterrupted, (uninterrupted, crash)
     assert int(found.group(2)) == got["n"] - 1  # the last rank, which the notebook makes crash
     assert "RuntimeError: simulated crash in epoch 3 at step 5" in crash
     assert "epoch 3:" not in crash  # it died in epoch 3, before finishing it
