@@ -178,6 +178,16 @@ def pytest_make_collect_report(collector):
         _gate(outcome.get_result())
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """The suite leaves nothing running: the SLURM daemons it started itself stop here (Ray's head,
+    kernels and Jupyter servers stop with their fixtures)."""
+    slurm_support = sys.modules.get("slurm_support")
+    if slurm_support is not None:
+        stopped = slurm_support.stop_what_the_tests_started()
+        if stopped:
+            print(f"\nstopped the SLURM daemons this run started: {', '.join(stopped)}")
+
+
 def pytest_terminal_summary(terminalreporter):
     if not _IN_CI and not _passed_by_component:
         return
