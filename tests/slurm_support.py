@@ -18,7 +18,11 @@ ROOT = Path(__file__).resolve().parent.parent
 START = ROOT / "scripts" / "slurm" / "start.sh"
 _OUTCOME: dict[str, str | None] = {}
 # the pid files scripts/slurm/start.sh's daemons write (stop.sh reads the same)
-PID_FILES = {"slurmd": "/run/slurmd.pid", "slurmctld": "/run/slurmctld.pid", "munged": "/run/munge/munged.pid"}
+PID_FILES = {
+    "slurmd": "/run/slurmd.pid",
+    "slurmctld": "/run/slurmctld.pid",
+    "munged": "/run/munge/munged.pid",
+}
 _STARTED_HERE: set[str] = set()  # the daemons this session's start.sh started
 
 
