@@ -44,6 +44,7 @@ def _free_ports(count: int) -> list[int]:
 class LocalRay:
     def __init__(self) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="nlray"))
+        _ROOTS.append(self.root)
         self.pid: int | None = None
         self.address = ""
         self.log = self.root / "ray_start.log"
@@ -132,6 +133,23 @@ def session_processes(cluster: LocalRay) -> list[int]:
 
 
 _SHARED: dict[str, LocalRay | str] = {}  # "cluster": the running one, or "failed": why it could not start
+_ROOTS: list[Path] = []  # the temp dir of every cluster this session started
+
+
+def leftover_processes() -> list[str]:
+    """Processes of a cluster this session started that still run (at the session's end: none).
+    Each is named by its pid and command; other sessions' clusters on the machine are not counted."""
+    left = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(str(root) in command for root in _ROOTS) and _alive(int(entry.name)):
+            left.append(f"{entry.name}: {command[:120]}")
+    return left
 
 
 @pytest.fixture(scope="session", name="ray_cluster")
