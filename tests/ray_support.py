@@ -10,6 +10,8 @@ aborts the raylet with or without them), and that agent is a Python process that
 import. We pass the agent's port ourselves, so we write that file for the raylet as soon as the
 session exists (the agent then listens on that same port). The cluster starts once per test run
 (the `ray_cluster` session fixture); a start that fails skips with Ray's words, without a retry.
+At the session's end conftest asks `leftover_processes()`: a process of that cluster still running
+fails the run.
 """
 
 from __future__ import annotations
