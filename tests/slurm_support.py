@@ -65,9 +65,14 @@ def _running_daemons() -> dict[str, int]:
 
 def stop_what_the_tests_started() -> list[str]:
     """Stop (SIGTERM, then SIGKILL after 20 s) the daemons this session's start.sh started; the
-    names of those stopped. A daemon that was running before the session is left running."""
+    names of those stopped. A daemon that was running before the session is left running, and so is
+    the whole SLURM while it still holds a job (every job of this session's tests has ended by now:
+    another session on the machine is using it)."""
     running = _running_daemons()
     stopping = {name: pid for name, pid in running.items() if name in _STARTED_HERE}
+    if stopping and _jobs_of_anyone():
+        print(f"\nleft SLURM running: it holds jobs of another session ({', '.join(_jobs_of_anyone())})")
+        return []
     for pid in stopping.values():
         os.kill(pid, 15)
     deadline = time.monotonic() + 20
@@ -78,6 +83,15 @@ def stop_what_the_tests_started() -> list[str]:
             os.kill(pid, 9)
     _STARTED_HERE.clear()
     return sorted(stopping)
+
+
+def _jobs_of_anyone() -> list[str]:
+    """The ids of every job SLURM holds now, pending or running (none, or SLURM not answering: [])."""
+    try:
+        done = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return done.stdout.split() if done.returncode == 0 else []
 
 
 def _alive(pid: int) -> bool:
