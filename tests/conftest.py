@@ -178,6 +178,22 @@ def pytest_make_collect_report(collector):
         _gate(outcome.get_result())
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """The suite leaves nothing running: the SLURM daemons it started itself stop here; the Ray head
+    stopped with its session fixture, and a process of it still running fails the run (kernels and
+    Jupyter servers are children of this process: _no_leftover_children checks them after each test)."""
+    slurm_support = sys.modules.get("slurm_support")
+    if slurm_support is not None:
+        stopped = slurm_support.stop_what_the_tests_started()
+        if stopped:
+            print(f"\nstopped the SLURM daemons this run started: {', '.join(stopped)}")
+    ray_support = sys.modules.get("ray_support")
+    left = ray_support.leftover_processes() if ray_support is not None else []
+    if left:
+        print("\nthe run's Ray cluster left processes running:\n  " + "\n  ".join(left))
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_terminal_summary(terminalreporter):
     if not _IN_CI and not _passed_by_component:
         return

@@ -69,12 +69,19 @@ def make_venv(where: Path, wheel: Path, extra: str = "") -> Path:
 
 
 def smoke(python: Path, what: str, timeout: int = 1200) -> str:
-    """tests/installed_smoke.py WHAT inside the venv; its output (raises with it on failure)."""
-    return run([str(python), str(SMOKE), what, str(ROOT)], timeout=timeout)
+    """tests/installed_smoke.py WHAT inside the venv; its output (raises with it on failure).
+
+    DeepSpeed's compiled ops go to a folder of the venv's own: in the shared ~/.cache/torch_extensions
+    this venv's build (another torch path, so another compile command) would replace the project
+    venv's, which the suite's next DeepSpeed test would then compile again (minutes)."""
+    extensions = python.parent.parent / "torch_extensions"
+    return run(
+        [str(python), str(SMOKE), what, str(ROOT)], timeout=timeout, TORCH_EXTENSIONS_DIR=str(extensions)
+    )
 
 
-def run(cmd: list[str], timeout: int) -> str:
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=clean_env())
+def run(cmd: list[str], timeout: int, **env: str) -> str:
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**clean_env(), **env})
     if done.returncode != 0:
         raise RuntimeError(
             f"{' '.join(cmd)} exited {done.returncode}:\n{done.stdout[-6000:]}\n{done.stderr[-6000:]}"

@@ -165,7 +165,7 @@ def _log_with_wandb() -> None:
 
 def deepspeed() -> None:
     """ZeRO-2 on 2 CPU ranks. The first launch in a new venv JIT-compiles DeepSpeed's CPU comm op
-    (~3 min on 2 idle cores: the compiled cache is keyed by torch's path): hence 900 s."""
+    (~3 min on 2 idle cores, into the venv's own TORCH_EXTENSIONS_DIR: fresh_venv.smoke): hence 900 s."""
     from notebook_launcher import notebook_launch
 
     result = notebook_launch(

@@ -10,6 +10,8 @@ aborts the raylet with or without them), and that agent is a Python process that
 import. We pass the agent's port ourselves, so we write that file for the raylet as soon as the
 session exists (the agent then listens on that same port). The cluster starts once per test run
 (the `ray_cluster` session fixture); a start that fails skips with Ray's words, without a retry.
+At the session's end conftest asks `leftover_processes()`: a process of that cluster still running
+fails the run.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ def _free_ports(count: int) -> list[int]:
 class LocalRay:
     def __init__(self) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="nlray"))
+        _ROOTS.append(self.root)
         self.pid: int | None = None
         self.address = ""
         self.log = self.root / "ray_start.log"
@@ -132,6 +135,23 @@ def session_processes(cluster: LocalRay) -> list[int]:
 
 
 _SHARED: dict[str, LocalRay | str] = {}  # "cluster": the running one, or "failed": why it could not start
+_ROOTS: list[Path] = []  # the temp dir of every cluster this session started
+
+
+def leftover_processes() -> list[str]:
+    """Processes of a cluster this session started that still run (at the session's end: none).
+    Each is named by its pid and command; other sessions' clusters on the machine are not counted."""
+    left = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(str(root) in command for root in _ROOTS) and _alive(int(entry.name)):
+            left.append(f"{entry.name}: {command[:120]}")
+    return left
 
 
 @pytest.fixture(scope="session", name="ray_cluster")

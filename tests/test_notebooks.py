@@ -9,6 +9,7 @@ variables as JSON. Other notebooks (03, 04, 06: their own tests check them) must
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -80,6 +81,18 @@ def output_of(nb, source_snippet: str) -> str:
     cells = [c for c in nb.cells if c.cell_type == "code" and source_snippet in c.source]
     assert len(cells) == 1, f"expected one cell containing {source_snippet!r}, found {len(cells)}"
     return cell_text(cells[0])
+
+
+def cell_seconds(nb, source_snippet: str) -> float:
+    """How long the one code cell whose source contains source_snippet ran (nbclient's timing)."""
+    from datetime import datetime
+
+    (cell,) = [c for c in nb.cells if c.cell_type == "code" and source_snippet in c.source]
+    timing = cell.metadata["execution"]
+    began, ended = (
+        datetime.fromisoformat(timing[key]) for key in ("iopub.execute_input", "shell.execute_reply")
+    )
+    return (ended - began).total_seconds()
 
 
 def assert_stored_clean(nb, name: str) -> None:
@@ -183,10 +196,13 @@ def check_checkpoint_resume(nb) -> None:
     got = facts(nb)
     assert got["resumed_loss"] == got["uninterrupted_loss"]
     assert got["same_weights"] is True
-    # the failure was caught in the notebook, named the crashing rank, and came back within seconds
+    # the failure was caught in the notebook, named the crashing rank, and came back at once: sooner
+    # than the uninterrupted run of all 4 epochs took in the same kernel (the crash comes in epoch 3),
+    # with as much again for slack; a launcher waiting out a timeout after the crash fails this
     crash = output_of(nb, "crashed_dir = WORK")
     found = re.search(r"caught WorkerError after (\d+\.\d)s: rank (\d+) raised RuntimeError", crash)
-    assert found and float(found.group(1)) < 30, crash
+    uninterrupted = cell_seconds(nb, "uninterrupted = notebook_launch(")
+    assert found and float(found.group(1)) < 2 * uninterrupted, (uninterrupted, crash)
     assert int(found.group(2)) == got["n"] - 1  # the last rank, which the notebook makes crash
     assert "RuntimeError: simulated crash in epoch 3 at step 5" in crash
     assert "epoch 3:" not in crash  # it died in epoch 3, before finishing it
@@ -319,15 +335,26 @@ def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path):
     check_outputs(nb)
 
 
-def test_quickstart_script_trains_on_every_rank(tmp_path: Path):
-    """`python quickstart.py`, the README's main job: 3 epochs printed by each rank, values returned."""
-    out = subprocess.run(
+def quickstart_output(tmp_path: Path) -> subprocess.CompletedProcess:
+    """`python quickstart.py`'s output. Under .ci/run, README's first command has just run it in the same
+    venv and kept its output in NOTEBOOK_LAUNCHER_QUICKSTART_OUTPUT (stdout, stderr; it ended with 0,
+    else CI stopped there): that run is the one checked, not a second run of the same script."""
+    kept = os.environ.get("NOTEBOOK_LAUNCHER_QUICKSTART_OUTPUT")
+    if kept:
+        stdout, stderr = ((Path(kept) / name).read_text() for name in ("stdout", "stderr"))
+        return subprocess.CompletedProcess(["quickstart.py"], 0, stdout, stderr)
+    return subprocess.run(
         [sys.executable, str(ROOT / "quickstart.py")],
         cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=180,
     )
+
+
+def test_quickstart_script_trains_on_every_rank(tmp_path: Path):
+    """`python quickstart.py`, the README's main job: 3 epochs printed by each rank, values returned."""
+    out = quickstart_output(tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = re.findall(r"^\[rank(\d)\] Epoch (\d), Loss: (\d\.\d{4})$", out.stdout, flags=re.M)
     ranks = sorted({int(rank) for rank, _, _ in lines})

@@ -43,6 +43,20 @@ def kernel():
         manager.shutdown_kernel(now=True)
 
 
+def wait_until_running(client, msg_id: str, timeout: float) -> None:
+    """Until the kernel has begun executing request msg_id (its execute_input on iopub)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = deadline - time.monotonic()
+        assert remaining > 0, f"{msg_id} did not start within {timeout} s"
+        try:
+            msg = client.get_iopub_msg(timeout=remaining)
+        except queue.Empty:
+            continue
+        if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "execute_input":
+            return
+
+
 def stream_text(client, msg_id: str, timeout: float) -> str:
     """Every stdout text of one request, read until the kernel is idle for it."""
     text = []
@@ -72,7 +86,7 @@ def test_stop_click_reaches_a_blocked_cell_and_queued_cells_still_run(kernel, su
 
     blocked = kernel.execute(BLOCKING)
     queued = kernel.execute(QUEUED)  # sits in the kernel's queue behind the blocked cell
-    time.sleep(1.0)
+    wait_until_running(kernel, blocked, 60)  # the click must reach the cell while it polls
     click = kernel.session.msg(
         "comm_msg", {"comm_id": stop_id, "data": {"method": "custom", "content": {"event": "click"}}}
     )
