@@ -395,3 +395,25 @@ def test_spawn_in_an_unguarded_script_explains_the_main_guard(tmp_path):
         [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path
     )
     assert 'if __name__ == "__main__":' in out.stdout, out.stdout + out.stderr
+
+
+def test_the_first_launch_leaves_the_interpreters_environment_as_it_was():
+    """The launcher's warm-up imports torch._dynamo in the kernel (launch/warm/warmup.py), which sets
+    TORCHINDUCTOR_CACHE_DIR at import: the user's os.environ must not change (a fresh interpreter)."""
+    from fresh_python import last_line
+
+    code = textwrap.dedent(
+        """
+        import os
+        from notebook_launcher import notebook_launch
+        def quick():
+            return 1
+        if __name__ == "__main__":
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)  # as a user's (this test's process may have it)
+            before = dict(os.environ)
+            notebook_launch(quick, num_processes=2, quiet=True)
+            changed = sorted(k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k))
+            print(changed)
+        """
+    )
+    assert last_line(code) == "[]"

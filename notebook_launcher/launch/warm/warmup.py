@@ -22,8 +22,10 @@ Never initialises CUDA: importing these modules does not touch the driver.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 _LIGHT_DONE = False
@@ -50,10 +52,24 @@ def import_heavy() -> None:
     """torch._dynamo, imported by DDP's first construction (~1.3 s per worker when not shared)."""
     global _HEAVY_STATE
     _HEAVY_STATE = "done"
+    with _environ_kept():  # importing torch._dynamo sets TORCHINDUCTOR_CACHE_DIR in the kernel
+        try:
+            import torch._dynamo  # noqa: F401
+        except Exception:  # noqa: BLE001 - a worker that needs it reports the real error
+            pass
+
+
+@contextlib.contextmanager
+def _environ_kept() -> Iterator[None]:
+    """The kernel's os.environ as it was, whatever the imports inside set: the user's environment
+    is theirs (torch sets variables at import; a worker sets its own when it needs them)."""
+    saved = dict(os.environ)
     try:
-        import torch._dynamo  # noqa: F401
-    except Exception:  # noqa: BLE001 - a worker that needs it reports the real error
-        pass
+        yield
+    finally:
+        for key in set(os.environ) - set(saved):
+            del os.environ[key]
+        os.environ.update(saved)
 
 
 def _schedule_when_idle() -> bool:
@@ -100,18 +116,14 @@ def warm_up_deepspeed() -> None:
     from ...system.hardware import detect
 
     if detect().cuda_device_count == 0:
-        saved = dict(os.environ)  # importing deepspeed sets variables; the kernel must keep its own
-        try:
-            import deepspeed  # noqa: F401
+        with _environ_kept():  # importing deepspeed sets variables; the kernel keeps its own
+            try:
+                import deepspeed  # noqa: F401
 
-            for name in DEEPSPEED_FIRST_USE_IMPORTS:
-                try:
-                    importlib.import_module(name)
-                except Exception:  # another DeepSpeed version: the workers import what they need
-                    pass
-        except Exception:
-            pass  # the strategy reports a missing or broken install with the fix
-        finally:
-            for key in set(os.environ) - set(saved):
-                del os.environ[key]
-            os.environ.update(saved)
+                for name in DEEPSPEED_FIRST_USE_IMPORTS:
+                    try:
+                        importlib.import_module(name)
+                    except Exception:  # another DeepSpeed version: the workers import what they need
+                        pass
+            except Exception:
+                pass  # the strategy reports a missing or broken install with the fix
