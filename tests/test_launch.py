@@ -315,8 +315,8 @@ def test_timeout_shows_where_each_hung_rank_was():
             time.sleep(60)
 
     # long enough for rank 0 to reach the barrier however loaded the machine: a few times a whole
-    # launch measured here, which forms the same process group, and never under the 8 s that also
-    # covers gloo's occasional seconds-long stall in forming a group on a busy machine
+    # launch measured here, which forms the same process group, and never under the fixed 8 s this
+    # test used before (one run under heavy load failed with 3 launches + 1 s; its cause was not found)
     timeout = max(8.0, 3 * clean_launch_seconds() + 1.0)
     with pytest.raises(LaunchTimeout) as info:
         notebook_launch(stuck_in_barrier, num_processes=2, quiet=True, timeout=timeout)
