@@ -78,6 +78,28 @@ def run_forever(folder: str | None = None):
         time.sleep(0.2)
 
 
+def save_in_background(project_dir: str, width: int = 512) -> str:
+    """Two steps, then save_state(async_save=True) (~3 MB of weights and AdamW state on each rank)
+    and one more step while it is written; the end of the function waits for the save."""
+    import torch
+
+    from notebook_launcher import Accelerator
+    from notebook_launcher.utils import ProjectConfiguration
+
+    config = ProjectConfiguration(project_dir=project_dir, automatic_checkpoint_naming=True)
+    accelerator = Accelerator(project_config=config)
+    layer = torch.nn.Linear(width, width)
+    model, optimizer = accelerator.prepare(layer, torch.optim.AdamW(layer.parameters()))
+    path = None
+    for step in range(3):
+        accelerator.backward(model(torch.randn(2, width)).sum())
+        optimizer.step()
+        optimizer.zero_grad()
+        if step == 1:
+            path = accelerator.save_state(async_save=True)
+    return str(path)
+
+
 def recorded_pids(folder: str) -> set[int]:
     pids: set[int] = set()
     for path in Path(folder).glob("pids-*"):
