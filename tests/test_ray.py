@@ -17,17 +17,15 @@ import torch
 from cluster_trainers import (
     alive,
     all_reduce_and_train,
+    background_save_seen,
     failing_rank_error,
     recorded_pids,
     run_forever,
-    save_in_background,
 )
 from kernel_session import KernelSession
 from ray_support import shared_ray_cluster  # noqa: F401  (fixture `ray_cluster`: the run's one Ray cluster)
 
 from notebook_launcher import LaunchStopped, RayCluster, notebook_launch, start_launch
-from notebook_launcher.launch.events import CheckpointSaved, CheckpointWriting
-from notebook_launcher.widgets import RunView
 
 pytestmark = pytest.mark.slow
 
@@ -97,39 +95,9 @@ def test_ctrl_c_ends_every_rank_on_the_cluster(where, tmp_path):
 
 
 def test_a_background_save_is_shown_in_flight_then_complete_as_in_a_local_launch(where, tmp_path):
-    """Issue 36 on a cluster: each rank's background write (staged, written) reaches the notebook, the
-    RunView shows the save in flight per rank and then the last complete checkpoint, and
-    result.checkpoints names the published folder, as for a local launch."""
-    view = RunView(refresh_interval=60)
-    seen: list[tuple[object, str]] = []
-
-    def watch(event: object) -> None:
-        view(event)
-        if isinstance(event, (CheckpointWriting, CheckpointSaved)):
-            view.refresh()
-            seen.append((event, view.checkpoint_line.value))
-
-    result = notebook_launch(
-        save_in_background,
-        args=(str(tmp_path),),
-        num_processes=2,
-        cluster=where,
-        quiet=True,
-        observers=[watch],
-    )
-    path = result[0]
-    assert Path(path, "model.safetensors").is_file()
-    assert [entry["path"] for entry in result.checkpoints] == [path], result.checkpoints
-    saved = result.checkpoints[0]
-    assert saved["background"] is True and saved["total_s"] >= saved["blocked_s"] >= 0, saved
-    reports = {(event.rank, event.state) for event, _ in seen if isinstance(event, CheckpointWriting)}
-    assert {(0, "staged"), (1, "staged"), (0, "written"), (1, "written")} <= reports, reports
-    in_flight = [text for _, text in seen if f"checkpoint_0 (step {saved['step']}) being written" in text]
-    assert any("rank 0" in text and "rank 1" in text for text in in_flight), seen
-    assert isinstance(seen[-1][0], CheckpointSaved) and seen[-1][0].path == path, seen
-    last = view.checkpoint_line.value
-    assert "being written" not in last, last
-    assert f"last complete checkpoint: checkpoint_0 (step {saved['step']}," in last, last
+    """Issue 36 on a cluster: each rank's background write reaches the notebook, the RunView shows the
+    save in flight per rank, then the last complete checkpoint; result.checkpoints names it."""
+    background_save_seen(where, str(tmp_path))
 
 
 def test_a_killed_kernel_takes_its_ray_ranks_with_it(ray_cluster, tmp_path):
