@@ -78,6 +78,28 @@ def run_forever(folder: str | None = None):
         time.sleep(0.2)
 
 
+def save_in_background(project_dir: str, width: int = 512) -> str:
+    """Two steps, then save_state(async_save=True) (~3 MB of weights and AdamW state on each rank)
+    and one more step while it is written; the end of the function waits for the save."""
+    import torch
+
+    from notebook_launcher import Accelerator
+    from notebook_launcher.utils import ProjectConfiguration
+
+    config = ProjectConfiguration(project_dir=project_dir, automatic_checkpoint_naming=True)
+    accelerator = Accelerator(project_config=config)
+    layer = torch.nn.Linear(width, width)
+    model, optimizer = accelerator.prepare(layer, torch.optim.AdamW(layer.parameters()))
+    path = None
+    for step in range(3):
+        accelerator.backward(model(torch.randn(2, width)).sum())
+        optimizer.step()
+        optimizer.zero_grad()
+        if step == 1:
+            path = accelerator.save_state(async_save=True)
+    return str(path)
+
+
 def recorded_pids(folder: str) -> set[int]:
     pids: set[int] = set()
     for path in Path(folder).glob("pids-*"):
@@ -212,3 +234,44 @@ def failing_rank_error(where, folder: str):
             fail_on_rank_one, kwargs={"folder": folder}, num_processes=2, cluster=where, quiet=True
         )
     return caught.value
+
+
+def background_save_seen(where, folder: str) -> None:
+    """Issue 36 on cluster `where` (a test-side helper: it runs in the test process): each rank's
+    background write (staged, written) reaches the notebook, the RunView shows the save in flight
+    per rank and then the last complete checkpoint, and result.checkpoints names the published
+    folder, as for a local launch. The ranks' memory samples (one at least, at the end) come too."""
+    from notebook_launcher import notebook_launch
+    from notebook_launcher.launch.events import CheckpointSaved, CheckpointWriting, MemorySampled
+    from notebook_launcher.widgets import RunView
+
+    view = RunView(refresh_interval=60)
+    seen: list[tuple[object, str]] = []
+
+    sampled: set[int] = set()
+
+    def watch(event: object) -> None:
+        view(event)
+        if isinstance(event, MemorySampled):
+            sampled.add(event.rank)
+        if isinstance(event, (CheckpointWriting, CheckpointSaved)):
+            view.refresh()
+            seen.append((event, view.checkpoint_line.value))
+
+    result = notebook_launch(
+        save_in_background, args=(folder,), num_processes=2, cluster=where, quiet=True, observers=[watch]
+    )
+    path = result[0]
+    assert Path(path, "model.safetensors").is_file()
+    assert [entry["path"] for entry in result.checkpoints] == [path], result.checkpoints
+    saved = result.checkpoints[0]
+    assert saved["background"] is True and saved["total_s"] >= saved["blocked_s"] >= 0, saved
+    reports = {(event.rank, event.state) for event, _ in seen if isinstance(event, CheckpointWriting)}
+    assert {(0, "staged"), (1, "staged"), (0, "written"), (1, "written")} <= reports, reports
+    in_flight = [text for _, text in seen if f"checkpoint_0 (step {saved['step']}) being written" in text]
+    assert any("rank 0" in text and "rank 1" in text for text in in_flight), seen
+    assert isinstance(seen[-1][0], CheckpointSaved) and seen[-1][0].path == path, seen
+    last = view.checkpoint_line.value
+    assert "being written" not in last, last
+    assert f"last complete checkpoint: checkpoint_0 (step {saved['step']}," in last, last
+    assert sampled == {0, 1}, sampled

@@ -148,3 +148,110 @@ def test_a_bad_call_is_named_before_anything_starts_here_or_on_a_cluster(cluster
 
     with pytest.raises(ConfigError, match=re.escape(message)):
         notebook_launch(fn, args=args, num_processes=2, timeout=timeout, cluster=cluster, quiet=True)
+
+
+# ---------------------------------------------------------------------------------------------------
+# What a cluster node relays to the notebook: every event of the ranks, from one table (issue 36: the
+# checkpoint events were missing from the node's own list).
+
+_SAMPLES = {  # one event of each kind the ranks produce, as a local launch's inbox makes them
+    "OutputLine": dict(rank=1, stream="stderr", text="a line"),
+    "WorkerDisplay": dict(rank=1, data={"text/plain": "x"}, metadata={}, display_id="d", update=True),
+    "BarUpdate": dict(rank=0, bar=1, desc="train", n=3.0, total=10.0, stats="3/10", text="train 3/10"),
+    "MetricLogged": dict(rank=0, step=4, values={"loss": 0.5}, time=12.5),
+    "ProgressUpdate": dict(rank=1, step=3, total=8, time=12.5, epoch=0),
+    "StepsMeasured": dict(rank=0, figures={"steps": 3, "compute_s": 0.25}),
+    "MemorySampled": dict(rank=1, sample={"time": 12.5, "rss": 1000, "used": 5, "limit": 10}),
+    "MemoryWarning": dict(rank=0, text="memory is running out"),
+    "CheckpointWriting": dict(
+        rank=1, step=7, path="/p/checkpoint_2", written_bytes=10, staged_bytes=20, state="writing", time=12.5
+    ),
+    "CheckpointSaved": dict(path="/p/checkpoint_2", step=7, blocked_s=0.01, total_s=0.5, background=True),
+}
+
+
+def _event_classes():
+    import dataclasses
+
+    from notebook_launcher.launch import events
+
+    return {
+        obj
+        for obj in vars(events).values()
+        if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == events.__name__
+    }
+
+
+def test_every_launch_event_is_either_relayed_from_a_node_or_the_launchers_own():
+    """A new event class must be put in one of the two tables of launch/events.py; every one the
+    inbox makes from the ranks' pipes must be in WORKER_EVENTS, which cluster nodes relay."""
+    import ast
+    from pathlib import Path
+
+    from notebook_launcher.launch import events
+    from notebook_launcher.launch.events import LAUNCHER_EVENTS, WORKER_EVENTS
+
+    relayed, own = set(WORKER_EVENTS), set(LAUNCHER_EVENTS)
+    assert not relayed & own
+    assert _event_classes() == relayed | own, _event_classes() ^ (relayed | own)
+    supervise = Path(events.__file__).parent / "supervise"
+    made_from_pipes = set()
+    for module in ("inbox.py", "memory_watch.py", "display_order.py"):  # what reads the ranks' pipes
+        for node in ast.walk(ast.parse((supervise / module).read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "events":
+                made_from_pipes |= {getattr(events, alias.name) for alias in node.names}
+    made_from_pipes &= _event_classes()
+    assert made_from_pipes and made_from_pipes <= relayed, made_from_pipes - relayed
+
+
+def test_a_node_hands_every_ranks_event_to_the_notebook_and_keeps_the_launchers_own():
+    from types import SimpleNamespace
+
+    from notebook_launcher.clusters.node import NodeRun
+    from notebook_launcher.launch import events
+
+    assert set(_SAMPLES) == {cls.__name__ for cls in events.WORKER_EVENTS}  # a sample of each
+    sent: list[object] = []
+    node = SimpleNamespace(emit=sent.append)
+    made = [getattr(events, name)(**fields) for name, fields in _SAMPLES.items()]
+    for event in [*made, events.RunFinished("done", 1.0), events.HangReported(None)]:
+        NodeRun._forward(node, event)  # type: ignore[arg-type]
+    assert sent == made
+
+
+def test_slurms_events_file_carries_every_ranks_event_back_unchanged(tmp_path, capsys):
+    """The SLURM task writes each event (a line to its log, the rest to its events file); the
+    notebook's follower reads back the same events."""
+    from notebook_launcher.clusters.logs import LogFollower
+    from notebook_launcher.clusters.slurm_task import SlurmNodeTask, events_path
+    from notebook_launcher.launch import events
+
+    task = SlurmNodeTask.__new__(SlurmNodeTask)
+    task._events = open(events_path(tmp_path, "7", 0), "a", buffering=1)
+    made = [getattr(events, name)(**fields) for name, fields in _SAMPLES.items()]
+    for event in made:
+        task._emit(event)
+    task._events.close()
+    out, err = capsys.readouterr()
+    (tmp_path / "out").write_text(out)
+    (tmp_path / "err").write_text(err)
+    read, notes = LogFollower(0, tmp_path / "out", tmp_path / "err", events_path(tmp_path, "7", 0)).read()
+    assert notes == []
+    assert sorted(read, key=repr) == sorted(made, key=repr)
+
+
+def test_a_ranks_report_read_after_the_save_was_published_does_not_bring_it_back():
+    """Two nodes relay in their own order: rank 1's "written" may come after rank 0's publication."""
+    from notebook_launcher.launch.cell.checkpoint_view import CheckpointBoard
+    from notebook_launcher.launch.events import CheckpointSaved, CheckpointWriting
+
+    board = CheckpointBoard()
+    writing = dict(path="/p/checkpoint_0", step=3, written_bytes=5, staged_bytes=5, time=1.0)
+    board.apply(CheckpointWriting(rank=0, state="written", **writing))
+    board.apply(CheckpointSaved("/p/checkpoint_0", 3, 0.01, 0.2, True))
+    assert not board.apply(CheckpointWriting(rank=1, state="written", **writing))
+    assert board.lines() == [
+        "last complete checkpoint: checkpoint_0 (step 3, training waited 0.01 s, published after 0.20 s)"
+    ]
+    board.apply(CheckpointWriting(rank=0, state="staged", **{**writing, "step": 6}))  # the same folder again
+    assert "checkpoint_0 (step 6) being written" in board.text()

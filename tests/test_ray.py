@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from cluster_trainers import alive, all_reduce_and_train, failing_rank_error, recorded_pids, run_forever
+from cluster_trainers import (
+    alive,
+    all_reduce_and_train,
+    background_save_seen,
+    failing_rank_error,
+    recorded_pids,
+    run_forever,
+)
 from kernel_session import KernelSession
 from ray_support import shared_ray_cluster  # noqa: F401  (fixture `ray_cluster`: the run's one Ray cluster)
 
@@ -85,6 +92,12 @@ def test_ctrl_c_ends_every_rank_on_the_cluster(where, tmp_path):
             run_forever, kwargs={"folder": str(tmp_path)}, num_processes=2, cluster=where, quiet=True
         )
     assert alive(recorded_pids(str(tmp_path))) == set()
+
+
+def test_a_background_save_is_shown_in_flight_then_complete_as_in_a_local_launch(where, tmp_path):
+    """Issue 36 on a cluster: each rank's background write reaches the notebook, the RunView shows the
+    save in flight per rank, then the last complete checkpoint; result.checkpoints names it."""
+    background_save_seen(where, str(tmp_path))
 
 
 def test_a_killed_kernel_takes_its_ray_ranks_with_it(ray_cluster, tmp_path):

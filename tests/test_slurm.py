@@ -16,6 +16,7 @@ import torch
 from cluster_trainers import (
     alive,
     all_reduce_and_train,
+    background_save_seen,
     checkpointed_steps,
     failing_rank_error,
     preemptible_steps,
@@ -72,6 +73,11 @@ def test_every_rank_returns_and_trains_like_a_local_launch(where, tmp_path, caps
     assert log_files and "[rank0] rank 0 of 2" in log_files[0].read_text()
     assert alive(recorded_pids(str(tmp_path))) == set()
     assert slurm_jobs("nl-test") == []
+
+
+def test_a_background_save_is_shown_in_flight_then_complete_as_in_a_local_launch(where, tmp_path):
+    """Issue 36 through the job's events file: the same as tests/test_ray.py's test."""
+    background_save_seen(where, str(tmp_path))
 
 
 def test_a_killed_kernel_ends_its_job(slurm, tmp_path):

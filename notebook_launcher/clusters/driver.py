@@ -160,7 +160,7 @@ class ClusterRun:
         if failures:
             primary = sorted(failures, key=lambda f: (f.secondary, f.time))[0]
             raise WorkerError(primary, [f for f in failures if f is not primary], logs)
-        return LaunchResult(
+        result = LaunchResult(
             [cloudpickle.loads(values[rank]) for rank in range(self.world_size)],
             ranks=list(range(self.world_size)),
             logs=logs,
@@ -169,6 +169,10 @@ class ClusterRun:
             start_method=self.backend.name,
             world_size=self.world_size,
         )
+        # the node of rank 0 (which publishes every save) records them, as a local launch does
+        nodes = sorted(self.outcomes)
+        result.checkpoints = [entry for node in nodes for entry in self.outcomes[node].checkpoints]
+        return result
 
     def _logs(self) -> dict[int, str]:
         """Each rank's output: the node's own record when it reported, else the lines streamed."""

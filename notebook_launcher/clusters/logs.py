@@ -1,20 +1,37 @@
 """Follow one SLURM node's files while its job runs: the task's stdout/stderr logs (rank lines
-written as `[rankN] text`) and its events file (metrics, progress, notes), turned back into the
-launch events a local run produces. A requeued job may start its logs afresh: a file that got
-shorter is read again from its start."""
+written as `[rankN] text`) and its events file (the ranks' other events, notes), turned back into the
+launch events a local run produces. Every event of the ranks travels in one form (encode_event):
+its class's name and fields, for each class in launch/events.py's WORKER_EVENTS. A requeued job
+may start its logs afresh: a file that got shorter is read again from its start."""
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import re
 from pathlib import Path
 from typing import Any
 
-from ..launch.events import BarUpdate, MetricLogged, OutputLine, ProgressUpdate, Stream, WorkerDisplay
+from ..launch.events import WORKER_EVENTS, OutputLine, Stream
 
 RANK_LINE = re.compile(r"^\[rank(\d+)\] (.*)$", re.S)
 TAIL_LINES = 40
+EVENT_KIND = "event"  # a line of the events file holding one of the ranks' events
+_EVENT_TYPES = {cls.__name__: cls for cls in WORKER_EVENTS}
+
+
+def encode_event(event: Any) -> dict[str, Any]:
+    """One of the ranks' events as JSON-ready data: its class's name and its fields (the values as
+    they are: the events file's writer turns what JSON cannot hold into its repr)."""
+    fields = {field.name: getattr(event, field.name) for field in dataclasses.fields(event)}
+    return {"type": type(event).__name__, "fields": fields}
+
+
+def decode_event(payload: dict[str, Any]) -> Any:
+    """The event encode_event wrote (None for a class this version does not relay)."""
+    cls = _EVENT_TYPES.get(payload.get("type", ""))
+    return None if cls is None else cls(**payload["fields"])
 
 
 class _Tail:
@@ -79,18 +96,8 @@ class LogFollower:
 
 def _decode(record: dict[str, Any]) -> tuple[Any, str | None]:
     kind, payload = record.get("kind"), record.get("payload") or {}
-    if kind == "metric":
-        return MetricLogged(
-            payload["rank"], payload.get("step"), dict(payload["values"]), payload["time"]
-        ), None
-    if kind == "progress":
-        return ProgressUpdate(
-            payload["rank"], payload["step"], payload.get("total"), payload["time"], payload.get("epoch")
-        ), None
-    if kind == "display":
-        return WorkerDisplay(**payload), None
-    if kind == "bar":
-        return BarUpdate(**payload), None
+    if kind == EVENT_KIND:
+        return decode_event(payload), None
     if kind == "note":
         return None, str(payload)
     if kind == "requeue":

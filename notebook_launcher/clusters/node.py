@@ -20,7 +20,7 @@ import cloudpickle
 
 from ..config import LaunchConfig
 from ..launch import planning
-from ..launch.events import OutputLine
+from ..launch.events import WORKER_EVENTS
 from ..launch.planning import LaunchPlan
 from ..launch.result import LaunchStopped, LaunchTimeout, RankFailure, WorkerError
 from ..launch.supervise.supervisor import Supervisor
@@ -53,6 +53,7 @@ class NodeOutcome:
     failures: list[RankFailure] = field(default_factory=list)  # .time in wall-clock seconds
     timeout_ranks: list[int] = field(default_factory=list)
     stacks: dict[int, str] = field(default_factory=dict)
+    checkpoints: list[dict[str, Any]] = field(default_factory=list)  # completed saves (result.checkpoints)
 
 
 Emit = Callable[[Any], None]
@@ -134,18 +135,15 @@ class NodeRun:
             outcome.status = "stopped"
         outcome.values = {rank: cloudpickle.dumps(value) for rank, value in supervisor.record.values.items()}
         outcome.logs = supervisor.logs
+        outcome.checkpoints = list(supervisor.record.checkpoints)
         outcome.failures = [_portable(failure) for failure in supervisor.record.failures]
         if outcome.failures and outcome.status == "done":
             outcome.status = "failed"
         return outcome
 
     def _forward(self, event: Any) -> None:
-        if isinstance(event, OutputLine) or type(event).__name__ in (
-            "MetricLogged",
-            "ProgressUpdate",
-            "WorkerDisplay",
-            "BarUpdate",
-        ):
+        """Every event the ranks' pipes produce goes to the notebook (launch/events.py's WORKER_EVENTS)."""
+        if isinstance(event, WORKER_EVENTS):
             self.emit(event)
 
 

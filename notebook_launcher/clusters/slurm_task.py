@@ -2,8 +2,9 @@
 the local launcher, the rendezvous on the allocation's first node.
 
 Live output goes to the task's own stdout/stderr — the job's log files, which the notebook
-follows — as `[rankN] line`; metrics, progress and notes go to `<job>_<node>_events.jsonl` next to
-them. The return value (a NodeOutcome) comes back through submitit's result file.
+follows — as `[rankN] line`; every other event of the ranks (launch/events.py's WORKER_EVENTS:
+metrics, progress, displays, bars, memory, checkpoints, ...) and notes go to
+`<job>_<node>_events.jsonl` next to them. The return value (a NodeOutcome) comes back through submitit's result file.
 
 Preemption and time limits: SLURM signals the job (submitit's signal, USR2 by default, and SIGTERM
 first on preemption). The workers get the preemption request (slurm_preemption.py): a loop that
@@ -15,7 +16,6 @@ never checks is stopped after a grace period and requeued the same way.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
@@ -24,8 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..launch.events import BarUpdate, MetricLogged, OutputLine, ProgressUpdate, RunStarted, WorkerDisplay
+from ..launch.events import OutputLine, RunStarted
 from ..system.schedulers import derived_port
+from .logs import EVENT_KIND, encode_event
 from .node import NodeJob, NodeOutcome, NodeRun
 from .slurm_owner import OwnerWatch, owner_path
 from .slurm_preemption import SlurmPreemption, requeue_signal
@@ -119,28 +120,23 @@ class SlurmNodeTask:
         }
 
     def _emit(self, event: Any) -> None:
-        if isinstance(event, OutputLine) and event.live:
-            return  # a "\r" line not yet ended: the log file gets it once it ends
-        if isinstance(event, (WorkerDisplay, BarUpdate)):  # display() and tqdm bars, via the events file
-            self._event("display" if isinstance(event, WorkerDisplay) else "bar", dataclasses.asdict(event))
-        elif isinstance(event, OutputLine):
+        """A rank's line goes to this task's log as `[rankN] text`; any other event of the ranks (the
+        node relays only those) goes to the events file, read back by logs.py."""
+        if isinstance(event, OutputLine):
+            if event.live:
+                return  # a "\r" line not yet ended: the log file gets it once it ends
             stream = sys.stdout if event.stream == "stdout" else sys.stderr
             stream.write(f"[rank{event.rank}] {event.text}\n")
             stream.flush()
-        elif isinstance(event, MetricLogged):
-            self._event(
-                "metric", {"rank": event.rank, "step": event.step, "values": event.values, "time": event.time}
-            )
-        elif isinstance(event, ProgressUpdate):
-            fields = ("rank", "step", "total", "time", "epoch")
-            self._event("progress", {name: getattr(event, name) for name in fields})
+        else:
+            self._event(EVENT_KIND, encode_event(event))
 
     def _event(self, kind: str, payload: Any) -> None:
         try:
             self._events.write(
                 json.dumps({"kind": kind, "payload": payload, "time": time.time()}, default=repr) + "\n"
             )
-        except (OSError, ValueError):
+        except (OSError, ValueError, TypeError):  # TypeError: keys JSON cannot hold; never break the run
             pass
 
 

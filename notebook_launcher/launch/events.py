@@ -175,7 +175,28 @@ Event = (
     | RunRestarting
     | CheckpointWriting
     | CheckpointSaved
+    | StepsMeasured
 )
+
+# What the supervisor's inbox hands on from the ranks' pipes (launch/supervise/): on a cluster=
+# launch each node relays exactly these to the notebook (clusters/node.py, and SLURM's events file),
+# so the cell, the RunView and the result see a cluster run as they see a local one.
+WORKER_EVENTS: tuple[type, ...] = (
+    OutputLine,
+    WorkerDisplay,
+    BarUpdate,
+    MetricLogged,
+    ProgressUpdate,
+    StepsMeasured,
+    MemorySampled,
+    MemoryWarning,
+    CheckpointWriting,
+    CheckpointSaved,
+)
+# The launcher's own account of a run, which a node keeps: the notebook's ClusterRun announces the
+# run's start and end itself; a node runs one attempt (no restarts), and its hang report is not
+# relayed (a timeout's stacks come back in the node's outcome).
+LAUNCHER_EVENTS: tuple[type, ...] = (RunStarted, RunFinished, HangReported, RunRestarting)
 
 
 class Observer(Protocol):

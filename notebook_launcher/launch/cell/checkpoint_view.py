@@ -33,14 +33,20 @@ class CheckpointBoard:
 
     in_flight: dict[str, SaveInFlight] = field(default_factory=dict)
     last_complete: CheckpointSaved | None = None
+    # (folder, step) of each published save: a rank's last report may come after the publication
+    # (another node's relay, or another rank's pipe read first) and must not bring the save back
+    published: set[tuple[str, int]] = field(default_factory=set)
 
     def apply(self, event: object) -> bool:
         if isinstance(event, CheckpointWriting):
+            if (event.path, event.step) in self.published:
+                return False
             save = self.in_flight.setdefault(event.path, SaveInFlight(event.path, event.step))
             save.ranks[event.rank] = event
             return True
         if isinstance(event, CheckpointSaved):
             self.in_flight.pop(event.path, None)
+            self.published.add((event.path, event.step))
             self.last_complete = event
             return True
         if isinstance(event, RunRestarting) and self.in_flight:
