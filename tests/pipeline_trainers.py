@@ -11,7 +11,7 @@ from collections import OrderedDict
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 from trainers import nudge_weights
 
 FEATURES, WIDTH, HIDDEN = 8, 16, 32
@@ -56,6 +56,19 @@ class CountingData(TensorDataset):
     def __getitem__(self, index):
         self.read += 1
         return super().__getitem__(index)
+
+
+class CountingStream(IterableDataset):
+    """make_data() as a stream that counts the samples this process iterated (a middle stage: none)."""
+
+    def __init__(self) -> None:
+        self.data = make_data()
+        self.read = 0
+
+    def __iter__(self):
+        for index in range(len(self.data)):
+            self.read += 1
+            yield self.data[index]
 
 
 def reference(
@@ -109,9 +122,13 @@ def train_pipeline(
     blocks: int = 4,
     loss_in_step: bool = False,
     mixed_precision: str = "no",
+    stream: str | None = None,
 ) -> dict:
-    """Train on a mesh with pp_size > 1; returns this rank's facts and (rank 0) the full weights."""
-    from notebook_launcher import Accelerator, ParallelismConfig
+    """Train on a mesh with pp_size > 1; returns this rank's facts and (rank 0) the full weights.
+
+    stream: None (a map-style dataset), "dispatch" (a stream under dispatch_batches, the default for
+    one) or "shards" (a stream every reading rank reads, dispatch_batches=False)."""
+    from notebook_launcher import Accelerator, DataLoaderConfiguration, ParallelismConfig
     from notebook_launcher.utils import TorchPipelineParallelConfig, TorchTensorParallelConfig
 
     pipeline = TorchPipelineParallelConfig(
@@ -126,12 +143,13 @@ def train_pipeline(
         parallelism_config=ParallelismConfig(**sizes, pp_handler=pipeline, tp_handler=tp),
         gradient_accumulation_steps=accumulate,
         mixed_precision=mixed_precision,
+        dataloader_config=DataLoaderConfiguration(dispatch_batches=None if stream != "shards" else False),
     )
     model = make_model(blocks)
     whole = sum(p.numel() for p in model.parameters())
     last_block = weakref.ref(model.layers[-1].up_proj.weight)  # the first stage never holds it
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    data = CountingData()
+    data = CountingData() if stream is None else CountingStream()
     loader = DataLoader(data, batch_size=batch)
     model, opt, loader = accelerator.prepare(model, opt, loader)
     gc.collect()

@@ -105,11 +105,17 @@ def test_the_looped_and_zero_bubble_schedules_equal_one_process(tmp_path):
         (({"pp_size": 2}, 8, 3), {"schedule": "interleaved_zero_bubble", "n_microbatches": 4, "clip": 0.05}),
         (({"pp_size": 2}, 8, 3), {"schedule": "zbv_zero_bubble", "n_microbatches": 2}),
         (({"pp_size": 2}, 8, 3), {"schedule": "dualpipev", "n_microbatches": 4, "accumulate": 2}),
+        # streams: the whole stream under dispatch_batches (its default), and a stream read by shards
+        (
+            ({"pp_size": 2}, 16, 2),
+            {"schedule": "zbv_zero_bubble", "n_microbatches": 4, "accumulate": 2, "stream": "dispatch"},
+        ),
+        (({"pp_size": 2}, 8, 3), {"schedule": "zbv_zero_bubble", "n_microbatches": 2, "stream": "shards"}),
     ]
     resume_at = ({"pp_size": 2}, str(tmp_path), "interleaved_1f1b")
     launched = notebook_launch(cases_and_resume, args=(items, *resume_at), num_processes=2, timeout=TIMEOUT)
     result, resume = [r[0] for r in launched], launched[0][1]
-    looped, zero_bubble, zbv, dualpipev = result[0]
+    looped, zero_bubble, zbv, dualpipev, dispatched, sharded = result[0]
     _check(looped, 8, 3, "looped_bfs + accumulation", accumulate=2)
     _check(zero_bubble, 8, 3, "interleaved_zero_bubble + clipping", clip=0.05)
     _check(zbv, 8, 3, "zbv_zero_bubble")
@@ -127,6 +133,16 @@ def test_the_looped_and_zero_bubble_schedules_equal_one_process(tmp_path):
     assert result[0][2]["batch_shapes"] == [((8, 8), torch.float32, (8, 1))]
     assert result[1][2]["batch_shapes"] == [((0, 8), torch.float32, (0, 1))]
     assert [r[0]["samples_read"] for r in result] == [8 * 6 + 8] * 2  # looped: rank 1 holds the last
+    # streams too: the V's middle rank never iterates it, takes the same steps (the whole stream of 4
+    # under dispatch, accumulation synced at its end) with placeholders, and training is one process's
+    _check(dispatched, 16, 2, "zbv on a dispatched stream", accumulate=2)
+    _check(sharded, 8, 3, "zbv on a stream read by shards")
+    assert [r[4]["samples_read"] for r in result] == [64, 0]  # process 0 alone reads a dispatched stream
+    assert [r[5]["samples_read"] for r in result] == [8 * 4 + 8, 0]  # 4 batches taken, 1 read ahead
+    assert [len(r[4]["losses"]) for r in result] == [4, 4]
+    assert result[1][4]["batch_shapes"] == [((0, 8), torch.float32, (0, 1))]
+    assert result[1][5]["batch_shapes"] == [((0, 8), torch.float32, (0, 1))]
+    assert result[0][5]["batch_shapes"] == [((8, 8), torch.float32, (8, 1))]
     assert all(torch.equal(resume["resumed"][k], resume["straight"][k]) for k in resume["straight"])
 
 
