@@ -186,6 +186,7 @@ def train_pipeline(
         "mesh_dims": accelerator.torch_device_mesh.mesh_dim_names,
         "samples_read": data.read,
         "batch_shapes": sorted(rows),
+        "ideal_bubble": model.timeline.ideal,
     }
 
 

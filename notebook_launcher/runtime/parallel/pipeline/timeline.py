@@ -10,6 +10,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ....config.pipeline import V_SHAPED
+from .ideal_bubble import simulated_bubble
+
 MAX_BLOCKS = 256  # of the last step, sent to the launcher (a long schedule is cut, not the figures)
 _active: Timeline | None = None  # the timeline of the step running in this process
 _patched = False
@@ -17,7 +20,9 @@ _patched = False
 
 def ideal_bubble(schedule: str, pp_size: int, microbatches: int, virtual_stages: int) -> float:
     """The schedule's idle share with equal stages and free transfers: (p - 1) / (m + p - 1) for
-    GPipe and 1F1B; (p - 1) / (v m + p - 1) for the schedules with v stages per rank."""
+    GPipe and 1F1B; (p - 1) / (v m + p - 1) for the looped and interleaved schedules with v stages
+    per rank. The V schedules (zbv_zero_bubble, dualpipev) get theirs from the action lists torch
+    runs, once the schedule is built (Timeline.schedule_built, ideal_bubble.py)."""
     v = max(1, virtual_stages)
     return (pp_size - 1) / (v * microbatches + pp_size - 1)
 
@@ -37,6 +42,12 @@ class Timeline:
         self.steps, self.total_step, self.total_waited = 0, 0.0, 0.0
         self._began = 0.0
         self.last: dict[str, Any] = {}
+
+    def schedule_built(self, schedule: Any) -> None:
+        """The V schedules' ideal: their own action lists run on the unit clock (ideal_bubble.py);
+        the generic formula is not theirs (their backward is split into input and weight blocks)."""
+        if self.schedule in V_SHAPED:
+            self.ideal = simulated_bubble(schedule.pipeline_order)
 
     def attach(self, stages: Sequence[Any]) -> None:
         """Time this rank's stages' per-micro-batch work (instance attributes: nothing global)."""
