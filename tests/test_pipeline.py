@@ -247,12 +247,15 @@ def test_four_stages_and_pipeline_by_fsdp2_and_by_tp_on_four_processes(tmp_path)
             {"schedule": "1f1b", "n_microbatches": 2, "accumulate": 2, "clip": 0.05},
         ),
         (({"pp_size": 2, "tp_size": 2}, 8, 3), {"schedule": "interleaved_1f1b", "n_microbatches": 4}),
+        # streams: dispatched over PP=4 (two middle stages), read by shards on the V x tp=2
+        (({"pp_size": 4}, 16, 4), {"schedule": "1f1b", "stream": "dispatch"}),
+        (({"pp_size": 2, "tp_size": 2}, 8, 3), {"schedule": "zbv_zero_bubble", "stream": "shards"}),
     ]
     resume_at = ({"pp_size": 4}, str(tmp_path), "1f1b")
     launched = notebook_launch(cases_and_resume, args=(items, *resume_at), num_processes=4, timeout=TIMEOUT)
     result, resume = [r[0] for r in launched], launched[0][1]
     assert all(torch.equal(resume["resumed"][k], resume["straight"][k]) for k in resume["straight"])
-    pp4, fsdp, tp = result[0]
+    pp4, fsdp, tp, pp4_stream, v_tp_stream = result[0]
     _check(pp4, 8, 3, "pp=4")
     assert [r[0]["stages"] for r in result] == [[0], [1], [2], [3]] and pp4["mesh_dims"] == ("pp",)
     assert [r[0]["samples_read"] for r in result] == [32, 0, 0, 32]  # the middle stages read nothing
@@ -262,6 +265,13 @@ def test_four_stages_and_pipeline_by_fsdp2_and_by_tp_on_four_processes(tmp_path)
     assert tp["mesh_dims"] == ("pp", "tp")
     _check(tp, 8, 3, "pp x tp")
     assert [r[2]["stages"] for r in result] == [[0, 2], [0, 2], [1, 3], [1, 3]]
+    # streams: process 0 alone reads a dispatched one (the last stage receives, the middle stages
+    # are told); by shards the V's first-and-last ranks (tp peers) read it, the middle ones do not
+    _check(pp4_stream, 16, 4, "pp=4 on a dispatched stream")
+    _check(v_tp_stream, 8, 3, "zbv x tp on a stream read by shards")
+    assert [r[3]["samples_read"] for r in result] == [64, 0, 0, 0]
+    assert [r[4]["samples_read"] for r in result] == [8 * 4 + 8] * 2 + [0, 0]
+    assert [r[3]["batch_shapes"][0][0] for r in result] == [(16, 8), (0, 8), (0, 8), (16, 8)]
 
 
 @pytest.mark.slow
