@@ -187,6 +187,7 @@ def train_pipeline(
         "samples_read": data.read,
         "batch_shapes": sorted(rows),
         "ideal_bubble": model.timeline.ideal,
+        "position": (loader.state_dict()["epoch"], loader.state_dict()["batches_yielded"]),
     }
 
 

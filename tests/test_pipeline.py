@@ -140,6 +140,8 @@ def test_the_looped_and_zero_bubble_schedules_equal_one_process(tmp_path):
     assert [r[4]["samples_read"] for r in result] == [64, 0]  # process 0 alone reads a dispatched stream
     assert [r[5]["samples_read"] for r in result] == [8 * 4 + 8, 0]  # 4 batches taken, 1 read ahead
     assert [len(r[4]["losses"]) for r in result] == [4, 4]
+    # the saved position agrees on every stage: the whole pass (next epoch), or 4 batches into it
+    assert [(r[4]["position"], r[5]["position"]) for r in result] == [((1, 0), (0, 4))] * 2
     assert result[1][4]["batch_shapes"] == [((0, 8), torch.float32, (0, 1))]
     assert result[1][5]["batch_shapes"] == [((0, 8), torch.float32, (0, 1))]
     assert result[0][5]["batch_shapes"] == [((8, 8), torch.float32, (8, 1))]
