@@ -146,9 +146,11 @@ def test_the_looped_and_zero_bubble_schedules_equal_one_process(tmp_path):
     assert result[1][5]["batch_shapes"] == [((0, 8), torch.float32, (0, 1))]
     assert result[0][5]["batch_shapes"] == [((8, 8), torch.float32, (8, 1))]
     assert all(torch.equal(resume["resumed"][k], resume["straight"][k]) for k in resume["straight"])
-    # the ideal bubble: looped_bfs's formula (p - 1)/(vm + p - 1); the V schedules' from torch's own
-    # action lists on the unit clock (zbv at m = 2: torch pads to 2p - 1 = 3 micro-batches, 2 of 14 units idle)
+    # the ideal bubble: torch's own action lists on the unit clock: looped_bfs's is the formula
+    # (p - 1)/(vm + p - 1), the zero-bubble schedules' (p - 1)/(6m + p - 1) (zbv at m = 2: torch pads
+    # to 2p - 1 = 3 micro-batches, 2 of 14 units idle)
     assert [r[0]["ideal_bubble"] for r in result] == [pytest.approx(1 / 9)] * 2
+    assert [r[1]["ideal_bubble"] for r in result] == [pytest.approx(1 / 25)] * 2
     assert [r[2]["ideal_bubble"] for r in result] == [pytest.approx(2 / 14)] * 2
     assert [r[3]["ideal_bubble"] for r in result] == [pytest.approx(1 / 25)] * 2
 
@@ -177,19 +179,28 @@ def _one_f_one_b(p, m):
     return order
 
 
-def _torch_v_order(schedule_class, p, m):
-    """torch's own per-rank action lists of a V schedule (its list builder, on a stand-in object:
-    building the schedule itself needs a process group)."""
+def _torch_order(schedule_class, p, m):
+    """torch's own per-rank action lists of a schedule with 2 stages per rank (its list builder, on a
+    stand-in object with the attributes it reads: building the schedule needs a process group)."""
     stand_in = schedule_class.__new__(schedule_class)
-    stand_in.pp_group_size, stand_in.num_stages, stand_in._n_microbatches = p, 2 * p, m
+    stand_in.pp_group_size, stand_in.num_stages, stand_in._num_stages, stand_in._n_microbatches = (
+        p,
+        2 * p,
+        2 * p,
+        m,
+    )
+    stand_in.n_local_stages, stand_in._stages = 2, [None, None]
+    stand_in.number_of_rounds = max(1, m // p)
+    stand_in.microbatches_per_round = m // stand_in.number_of_rounds
     return {rank: stand_in._calculate_single_rank_operations(rank) for rank in range(p)}
 
 
 def test_the_ideal_bubble_is_the_schedule_run_on_a_clock_of_unit_blocks():
-    """The simulation gives GPipe's and 1F1B's (p - 1)/(m + p - 1); for torch's ZBV and DualPipeV
-    action lists it gives (p - 1)/(6m + p - 1) (each rank busy 6m units: F, I, W of 2 stages), far
-    below the generic (p - 1)/(2m + p - 1) the timeline reported for them before."""
-    from torch.distributed.pipelining.schedules import ScheduleDualPipeV, ScheduleZBVZeroBubble
+    """The simulation gives GPipe's and 1F1B's (p - 1)/(m + p - 1), and for torch's own lists of
+    looped BFS and interleaved 1F1B (2 stages per rank) (p - 1)/(2m + p - 1); for the zero-bubble
+    ones (interleaved, ZBV, DualPipeV) (p - 1)/(6m + p - 1) (each rank busy 6m units: F, I, W of 2
+    stages), far below the (p - 1)/(2m + p - 1) the timeline reported for them before."""
+    from torch.distributed.pipelining import schedules
 
     from notebook_launcher.runtime.parallel.pipeline.ideal_bubble import simulated_bubble
     from notebook_launcher.runtime.parallel.pipeline.timeline import ideal_bubble
@@ -199,13 +210,18 @@ def test_the_ideal_bubble_is_the_schedule_run_on_a_clock_of_unit_blocks():
         assert simulated_bubble(_gpipe(p, m)) == pytest.approx(formula), (p, m)
         assert simulated_bubble(_one_f_one_b(p, m)) == pytest.approx(formula), (p, m)
         assert ideal_bubble("1f1b", p, m, 1) == pytest.approx(formula)
+        if m % p == 0:
+            for schedule in (schedules.ScheduleLoopedBFS, schedules.ScheduleInterleaved1F1B):
+                got = simulated_bubble(_torch_order(schedule, p, m))
+                assert got == pytest.approx(ideal_bubble("interleaved_1f1b", p, m, 2)), (schedule, p, m)
         if m >= 2 * p:
-            for schedule in (ScheduleZBVZeroBubble, ScheduleDualPipeV):
-                got = simulated_bubble(_torch_v_order(schedule, p, m))
+            zero_bubble = (schedules.ScheduleInterleavedZeroBubble, schedules.ScheduleZBVZeroBubble)
+            for schedule in (*zero_bubble, schedules.ScheduleDualPipeV):
+                got = simulated_bubble(_torch_order(schedule, p, m))
                 assert got == pytest.approx((p - 1) / (6 * m + p - 1)), (schedule.__name__, p, m)
                 assert got < ideal_bubble("zbv_zero_bubble", p, m, 2) / 2
     # fewer micro-batches than ZBV's 2p - 1: torch pads the lists and leaves the extra ones out
-    assert simulated_bubble(_torch_v_order(ScheduleZBVZeroBubble, 4, 4)) == pytest.approx(0.2)
+    assert simulated_bubble(_torch_order(schedules.ScheduleZBVZeroBubble, 4, 4)) == pytest.approx(0.2)
     waiting = {0: _unit_blocks([("B", 0, 0)]), 1: _unit_blocks([("F", 1, 0)])}  # B before its F arrives
     with pytest.raises(ValueError, match="wait on each other"):
         simulated_bubble(waiting)

@@ -8,8 +8,9 @@ transfers are free. Each rank runs its list in order; a block starts when its ra
 what it needs is done (F of stage s after F of stage s - 1, the same micro-batch; I or B of stage
 s after the I or B of stage s + 1 and its own F; W after its own I). The bubble is
 1 - (busy units of all ranks) / (ranks x the makespan). For GPipe and 1F1B this is
-(p - 1)/(m + p - 1); for the zero-bubble V schedules it is what torch's own action lists give
-(tests/test_pipeline.py), not the generic formula.
+(p - 1)/(m + p - 1), for looped_bfs and interleaved_1f1b (p - 1)/(vm + p - 1); for the zero-bubble
+schedules (interleaved_zero_bubble, zbv_zero_bubble, dualpipev) torch's own action lists give
+(p - 1)/(6m + p - 1) once m >= 2p (tests/test_pipeline.py), not the generic formula.
 """
 
 from __future__ import annotations
