@@ -87,12 +87,12 @@ class StageDataLoader(DataLoaderShard):
 
     def _read_and_tell_steps(self, batches: Iterator[Any]) -> Iterator[Any]:
         """The reading ranks: each step told before it is yielded; the end told unless the last step
-        said it was the last (every reading rank of a pp group takes the same steps: same calls)."""
+        said it was the last (every reading rank of a pp group takes the same steps, and follows
+        stage 0's word on the last one: the same calls on every rank)."""
         ended = False
         for batch in batches:
-            ended = self.end_of_dataloader
-            step = (structure_of(batch), ended, self.remainder, self.batches_yielded)
-            _share_structure(step, self.stage.group)
+            step = (structure_of(batch), self.end_of_dataloader, self.remainder, self.batches_yielded)
+            ended = bool(_share_structure(step, self.stage.group)[1])
             yield batch
         if not ended:
             _share_structure(None, self.stage.group)
