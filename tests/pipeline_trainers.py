@@ -263,3 +263,40 @@ def misuses() -> list:
     except Exception as exc:  # noqa: BLE001
         messages.append(f"{type(exc).__name__}: {exc}")
     return messages
+
+
+class ShortStream(IterableDataset):
+    """n samples of make_data() as a stream, counting what this process iterated."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.read = n, 0
+
+    def __iter__(self):
+        data = make_data()
+        for index in range(self.n):
+            self.read += 1
+            yield data[index]
+
+
+def stream_edges(cases: list) -> list:
+    """Streams at the V's PP=2 (rank 1 a middle stage) that end oddly: empty (stage 0 tells that no
+    step comes), a short last batch, a last batch drop_last drops. Two epochs each:
+    per epoch the steps taken, the end_of_dataloader flags, and the leading batch sizes seen."""
+    from notebook_launcher import Accelerator, DataLoaderConfiguration, ParallelismConfig
+    from notebook_launcher.utils import TorchPipelineParallelConfig
+
+    out = []
+    for n, batch, drop_last, dispatch in cases:
+        pipeline = TorchPipelineParallelConfig(schedule="zbv_zero_bubble", loss_fn=nn.functional.mse_loss)
+        accelerator = Accelerator(
+            parallelism_config=ParallelismConfig(pp_size=2, pp_handler=pipeline),
+            dataloader_config=DataLoaderConfiguration(dispatch_batches=dispatch),
+        )
+        stream = ShortStream(n)
+        loader = accelerator.prepare(DataLoader(stream, batch_size=batch, drop_last=drop_last))
+        epochs = []
+        for _ in range(2):
+            seen = [(len(x), loader.end_of_dataloader) for x, _ in loader]
+            epochs.append(seen)
+        out.append({"epochs": epochs, "read": stream.read, "position": loader.state_dict()["epoch"]})
+    return out

@@ -155,6 +155,33 @@ def test_the_looped_and_zero_bubble_schedules_equal_one_process(tmp_path):
     assert [r[3]["ideal_bubble"] for r in result] == [pytest.approx(1 / 25)] * 2
 
 
+def test_a_stream_that_ends_oddly_ends_alike_on_the_middle_stage():
+    """Empty, short and dropped last batches of a stream, dispatched and read by shards, two epochs:
+    the middle rank of the V takes the same steps with the same end_of_dataloader flags (placeholders
+    of 0 rows), reads nothing, and no rank waits on another."""
+    from pipeline_trainers import stream_edges
+
+    cases = [
+        (0, 4, False, True),
+        (0, 4, False, False),
+        (10, 4, False, True),
+        (10, 4, True, True),
+        (10, 4, True, False),
+    ]
+    result = notebook_launch(stream_edges, args=(cases,), num_processes=2, timeout=TIMEOUT)
+    first, middle = result[0], result[1]
+    wanted = [[], [], [4, 4, 2], [4, 4], [4, 4]]
+    for case, want, reader, follower in zip(cases, wanted, first, middle, strict=True):
+        for epoch in range(2):
+            assert [size for size, _ in reader["epochs"][epoch]] == want, case
+            assert follower["epochs"][epoch] == [(0, last) for _, last in reader["epochs"][epoch]], case
+            assert [last for _, last in reader["epochs"][epoch]] == [False] * (len(want) - 1) + [True] * bool(
+                want
+            ), case
+        assert follower["read"] == 0 and reader["read"] == 2 * case[0], case
+        assert reader["position"] == follower["position"] == 2, case
+
+
 def _unit_blocks(kind_stage_micro):
     from types import SimpleNamespace
 
