@@ -11,7 +11,7 @@ from collections import OrderedDict
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 from trainers import nudge_weights
 
 FEATURES, WIDTH, HIDDEN = 8, 16, 32
@@ -56,6 +56,19 @@ class CountingData(TensorDataset):
     def __getitem__(self, index):
         self.read += 1
         return super().__getitem__(index)
+
+
+class CountingStream(IterableDataset):
+    """make_data() as a stream that counts the samples this process iterated (a middle stage: none)."""
+
+    def __init__(self) -> None:
+        self.data = make_data()
+        self.read = 0
+
+    def __iter__(self):
+        for index in range(len(self.data)):
+            self.read += 1
+            yield self.data[index]
 
 
 def reference(
@@ -109,9 +122,13 @@ def train_pipeline(
     blocks: int = 4,
     loss_in_step: bool = False,
     mixed_precision: str = "no",
+    stream: str | None = None,
 ) -> dict:
-    """Train on a mesh with pp_size > 1; returns this rank's facts and (rank 0) the full weights."""
-    from notebook_launcher import Accelerator, ParallelismConfig
+    """Train on a mesh with pp_size > 1; returns this rank's facts and (rank 0) the full weights.
+
+    stream: None (a map-style dataset), "dispatch" (a stream under dispatch_batches, the default for
+    one) or "shards" (a stream every reading rank reads, dispatch_batches=False)."""
+    from notebook_launcher import Accelerator, DataLoaderConfiguration, ParallelismConfig
     from notebook_launcher.utils import TorchPipelineParallelConfig, TorchTensorParallelConfig
 
     pipeline = TorchPipelineParallelConfig(
@@ -126,12 +143,13 @@ def train_pipeline(
         parallelism_config=ParallelismConfig(**sizes, pp_handler=pipeline, tp_handler=tp),
         gradient_accumulation_steps=accumulate,
         mixed_precision=mixed_precision,
+        dataloader_config=DataLoaderConfiguration(dispatch_batches=None if stream != "shards" else False),
     )
     model = make_model(blocks)
     whole = sum(p.numel() for p in model.parameters())
     last_block = weakref.ref(model.layers[-1].up_proj.weight)  # the first stage never holds it
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    data = CountingData()
+    data = CountingData() if stream is None else CountingStream()
     loader = DataLoader(data, batch_size=batch)
     model, opt, loader = accelerator.prepare(model, opt, loader)
     gc.collect()
@@ -168,6 +186,8 @@ def train_pipeline(
         "mesh_dims": accelerator.torch_device_mesh.mesh_dim_names,
         "samples_read": data.read,
         "batch_shapes": sorted(rows),
+        "ideal_bubble": model.timeline.ideal,
+        "position": (loader.state_dict()["epoch"], loader.state_dict()["batches_yielded"]),
     }
 
 
@@ -243,3 +263,40 @@ def misuses() -> list:
     except Exception as exc:  # noqa: BLE001
         messages.append(f"{type(exc).__name__}: {exc}")
     return messages
+
+
+class ShortStream(IterableDataset):
+    """n samples of make_data() as a stream, counting what this process iterated."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.read = n, 0
+
+    def __iter__(self):
+        data = make_data()
+        for index in range(self.n):
+            self.read += 1
+            yield data[index]
+
+
+def stream_edges(cases: list) -> list:
+    """Streams at the V's PP=2 (rank 1 a middle stage) that end oddly: empty (stage 0 tells that no
+    step comes), a short last batch, a last batch drop_last drops. Two epochs each:
+    per epoch the steps taken, the end_of_dataloader flags, and the leading batch sizes seen."""
+    from notebook_launcher import Accelerator, DataLoaderConfiguration, ParallelismConfig
+    from notebook_launcher.utils import TorchPipelineParallelConfig
+
+    out = []
+    for n, batch, drop_last, dispatch in cases:
+        pipeline = TorchPipelineParallelConfig(schedule="zbv_zero_bubble", loss_fn=nn.functional.mse_loss)
+        accelerator = Accelerator(
+            parallelism_config=ParallelismConfig(pp_size=2, pp_handler=pipeline),
+            dataloader_config=DataLoaderConfiguration(dispatch_batches=dispatch),
+        )
+        stream = ShortStream(n)
+        loader = accelerator.prepare(DataLoader(stream, batch_size=batch, drop_last=drop_last))
+        epochs = []
+        for _ in range(2):
+            seen = [(len(x), loader.end_of_dataloader) for x, _ in loader]
+            epochs.append(seen)
+        out.append({"epochs": epochs, "read": stream.read, "position": loader.state_dict()["epoch"]})
+    return out

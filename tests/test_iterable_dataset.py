@@ -369,3 +369,34 @@ def test_split_batches_in_a_launch(dispatch):
         assert got["steps"] == 4 and got["len"] == 4 and got["gathered"] == list(range(13))
     for got in dropped:
         assert got["steps"] == 3 and got["gathered"] == list(range(12))
+
+
+class CountedStream(Stream):
+    """A Stream that counts the samples this process iterated."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(n)
+        self.read = 0
+
+    def __iter__(self):
+        for sample in super().__iter__():
+            self.read += 1
+            yield sample
+
+
+def read_on_a_tp_mesh(n: int) -> dict:
+    """A stream dispatched on a tp=2 mesh (one data rank): what this process read and received."""
+    from notebook_launcher import ParallelismConfig
+
+    acc = Accelerator(parallelism_config=ParallelismConfig(tp_size=2))
+    stream = CountedStream(n)
+    batches = [batch.flatten().tolist() for batch in acc.prepare(DataLoader(stream, batch_size=4))]
+    return {"read": stream.read, "batches": batches}
+
+
+def test_a_dispatched_stream_is_read_by_process_zero_alone_on_a_mesh():
+    """tp peers share one data rank: process 0 reads the stream, its peer receives the same batches
+    (it once read the stream too: dispatch checked the data rank, not the process)."""
+    result = notebook_launch(read_on_a_tp_mesh, args=(10,), num_processes=2, quiet=True, timeout=120)
+    assert [r["read"] for r in result] == [10, 0]
+    assert result[0]["batches"] == result[1]["batches"] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]

@@ -105,11 +105,17 @@ def test_the_looped_and_zero_bubble_schedules_equal_one_process(tmp_path):
         (({"pp_size": 2}, 8, 3), {"schedule": "interleaved_zero_bubble", "n_microbatches": 4, "clip": 0.05}),
         (({"pp_size": 2}, 8, 3), {"schedule": "zbv_zero_bubble", "n_microbatches": 2}),
         (({"pp_size": 2}, 8, 3), {"schedule": "dualpipev", "n_microbatches": 4, "accumulate": 2}),
+        # streams: the whole stream under dispatch_batches (its default), and a stream read by shards
+        (
+            ({"pp_size": 2}, 16, 2),
+            {"schedule": "zbv_zero_bubble", "n_microbatches": 4, "accumulate": 2, "stream": "dispatch"},
+        ),
+        (({"pp_size": 2}, 8, 3), {"schedule": "zbv_zero_bubble", "n_microbatches": 2, "stream": "shards"}),
     ]
     resume_at = ({"pp_size": 2}, str(tmp_path), "interleaved_1f1b")
     launched = notebook_launch(cases_and_resume, args=(items, *resume_at), num_processes=2, timeout=TIMEOUT)
     result, resume = [r[0] for r in launched], launched[0][1]
-    looped, zero_bubble, zbv, dualpipev = result[0]
+    looped, zero_bubble, zbv, dualpipev, dispatched, sharded = result[0]
     _check(looped, 8, 3, "looped_bfs + accumulation", accumulate=2)
     _check(zero_bubble, 8, 3, "interleaved_zero_bubble + clipping", clip=0.05)
     _check(zbv, 8, 3, "zbv_zero_bubble")
@@ -127,7 +133,125 @@ def test_the_looped_and_zero_bubble_schedules_equal_one_process(tmp_path):
     assert result[0][2]["batch_shapes"] == [((8, 8), torch.float32, (8, 1))]
     assert result[1][2]["batch_shapes"] == [((0, 8), torch.float32, (0, 1))]
     assert [r[0]["samples_read"] for r in result] == [8 * 6 + 8] * 2  # looped: rank 1 holds the last
+    # streams too: the V's middle rank never iterates it, takes the same steps (the whole stream of 4
+    # under dispatch, accumulation synced at its end) with placeholders, and training is one process's
+    _check(dispatched, 16, 2, "zbv on a dispatched stream", accumulate=2)
+    _check(sharded, 8, 3, "zbv on a stream read by shards")
+    assert [r[4]["samples_read"] for r in result] == [64, 0]  # process 0 alone reads a dispatched stream
+    assert [r[5]["samples_read"] for r in result] == [8 * 4 + 8, 0]  # 4 batches taken, 1 read ahead
+    assert [len(r[4]["losses"]) for r in result] == [4, 4]
+    # the saved position agrees on every stage: the whole pass (next epoch), or 4 batches into it
+    assert [(r[4]["position"], r[5]["position"]) for r in result] == [((1, 0), (0, 4))] * 2
+    assert result[1][4]["batch_shapes"] == [((0, 8), torch.float32, (0, 1))]
+    assert result[1][5]["batch_shapes"] == [((0, 8), torch.float32, (0, 1))]
+    assert result[0][5]["batch_shapes"] == [((8, 8), torch.float32, (8, 1))]
     assert all(torch.equal(resume["resumed"][k], resume["straight"][k]) for k in resume["straight"])
+    # the ideal bubble: torch's own action lists on the unit clock: looped_bfs's is the formula
+    # (p - 1)/(vm + p - 1), the zero-bubble schedules' (p - 1)/(6m + p - 1) (zbv at m = 2: torch pads
+    # to 2p - 1 = 3 micro-batches, 2 of 14 units idle)
+    assert [r[0]["ideal_bubble"] for r in result] == [pytest.approx(1 / 9)] * 2
+    assert [r[1]["ideal_bubble"] for r in result] == [pytest.approx(1 / 25)] * 2
+    assert [r[2]["ideal_bubble"] for r in result] == [pytest.approx(2 / 14)] * 2
+    assert [r[3]["ideal_bubble"] for r in result] == [pytest.approx(1 / 25)] * 2
+
+
+def test_a_stream_that_ends_oddly_ends_alike_on_the_middle_stage():
+    """Empty, short and dropped last batches of a stream, dispatched and read by shards, two epochs:
+    the middle rank of the V takes the same steps with the same end_of_dataloader flags (placeholders
+    of 0 rows), reads nothing, and no rank waits on another."""
+    from pipeline_trainers import stream_edges
+
+    cases = [
+        (0, 4, False, True),
+        (0, 4, False, False),
+        (10, 4, False, True),
+        (10, 4, True, True),
+        (10, 4, True, False),
+    ]
+    result = notebook_launch(stream_edges, args=(cases,), num_processes=2, timeout=TIMEOUT)
+    first, middle = result[0], result[1]
+    wanted = [[], [], [4, 4, 2], [4, 4], [4, 4]]
+    for case, want, reader, follower in zip(cases, wanted, first, middle, strict=True):
+        for epoch in range(2):
+            assert [size for size, _ in reader["epochs"][epoch]] == want, case
+            assert follower["epochs"][epoch] == [(0, last) for _, last in reader["epochs"][epoch]], case
+            assert [last for _, last in reader["epochs"][epoch]] == [False] * (len(want) - 1) + [True] * bool(
+                want
+            ), case
+        assert follower["read"] == 0 and reader["read"] == 2 * case[0], case
+        assert reader["position"] == follower["position"] == 2, case
+
+
+def _unit_blocks(kind_stage_micro):
+    from types import SimpleNamespace
+
+    return [
+        SimpleNamespace(computation_type=k, stage_index=s, microbatch_index=m) for k, s, m in kind_stage_micro
+    ]
+
+
+def _gpipe(p, m):
+    return {
+        r: _unit_blocks([("F", r, i) for i in range(m)] + [("B", r, i) for i in range(m)]) for r in range(p)
+    }
+
+
+def _one_f_one_b(p, m):
+    order = {}
+    for r in range(p):
+        warmup = min(p - 1 - r, m)
+        steady = [block for i in range(warmup, m) for block in (("F", r, i), ("B", r, i - warmup))]
+        tail = [("B", r, i) for i in range(m - warmup, m)]
+        order[r] = _unit_blocks([("F", r, i) for i in range(warmup)] + steady + tail)
+    return order
+
+
+def _torch_order(schedule_class, p, m):
+    """torch's own per-rank action lists of a schedule with 2 stages per rank (its list builder, on a
+    stand-in object with the attributes it reads: building the schedule needs a process group)."""
+    stand_in = schedule_class.__new__(schedule_class)
+    stand_in.pp_group_size, stand_in.num_stages, stand_in._num_stages, stand_in._n_microbatches = (
+        p,
+        2 * p,
+        2 * p,
+        m,
+    )
+    stand_in.n_local_stages, stand_in._stages = 2, [None, None]
+    stand_in.number_of_rounds = max(1, m // p)
+    stand_in.microbatches_per_round = m // stand_in.number_of_rounds
+    return {rank: stand_in._calculate_single_rank_operations(rank) for rank in range(p)}
+
+
+def test_the_ideal_bubble_is_the_schedule_run_on_a_clock_of_unit_blocks():
+    """The simulation gives GPipe's and 1F1B's (p - 1)/(m + p - 1), and for torch's own lists of
+    looped BFS and interleaved 1F1B (2 stages per rank) (p - 1)/(2m + p - 1); for the zero-bubble
+    ones (interleaved, ZBV, DualPipeV) (p - 1)/(6m + p - 1) (each rank busy 6m units: F, I, W of 2
+    stages), far below the (p - 1)/(2m + p - 1) the timeline reported for them before."""
+    from torch.distributed.pipelining import schedules
+
+    from notebook_launcher.runtime.parallel.pipeline.ideal_bubble import simulated_bubble
+    from notebook_launcher.runtime.parallel.pipeline.timeline import ideal_bubble
+
+    for p, m in [(2, 2), (2, 4), (3, 6), (4, 4), (4, 8), (4, 16)]:
+        formula = (p - 1) / (m + p - 1)
+        assert simulated_bubble(_gpipe(p, m)) == pytest.approx(formula), (p, m)
+        assert simulated_bubble(_one_f_one_b(p, m)) == pytest.approx(formula), (p, m)
+        assert ideal_bubble("1f1b", p, m, 1) == pytest.approx(formula)
+        if m % p == 0:
+            for schedule in (schedules.ScheduleLoopedBFS, schedules.ScheduleInterleaved1F1B):
+                got = simulated_bubble(_torch_order(schedule, p, m))
+                assert got == pytest.approx(ideal_bubble("interleaved_1f1b", p, m, 2)), (schedule, p, m)
+        if m >= 2 * p:
+            zero_bubble = (schedules.ScheduleInterleavedZeroBubble, schedules.ScheduleZBVZeroBubble)
+            for schedule in (*zero_bubble, schedules.ScheduleDualPipeV):
+                got = simulated_bubble(_torch_order(schedule, p, m))
+                assert got == pytest.approx((p - 1) / (6 * m + p - 1)), (schedule.__name__, p, m)
+                assert got < ideal_bubble("zbv_zero_bubble", p, m, 2) / 2
+    # fewer micro-batches than ZBV's 2p - 1: torch pads the lists and leaves the extra ones out
+    assert simulated_bubble(_torch_order(schedules.ScheduleZBVZeroBubble, 4, 4)) == pytest.approx(0.2)
+    waiting = {0: _unit_blocks([("B", 0, 0)]), 1: _unit_blocks([("F", 1, 0)])}  # B before its F arrives
+    with pytest.raises(ValueError, match="wait on each other"):
+        simulated_bubble(waiting)
 
 
 def _check_the_measured_schedule(performance) -> None:
@@ -168,12 +292,15 @@ def test_four_stages_and_pipeline_by_fsdp2_and_by_tp_on_four_processes(tmp_path)
             {"schedule": "1f1b", "n_microbatches": 2, "accumulate": 2, "clip": 0.05},
         ),
         (({"pp_size": 2, "tp_size": 2}, 8, 3), {"schedule": "interleaved_1f1b", "n_microbatches": 4}),
+        # streams: dispatched over PP=4 (two middle stages), read by shards on the V x tp=2
+        (({"pp_size": 4}, 16, 4), {"schedule": "1f1b", "stream": "dispatch"}),
+        (({"pp_size": 2, "tp_size": 2}, 8, 3), {"schedule": "zbv_zero_bubble", "stream": "shards"}),
     ]
     resume_at = ({"pp_size": 4}, str(tmp_path), "1f1b")
     launched = notebook_launch(cases_and_resume, args=(items, *resume_at), num_processes=4, timeout=TIMEOUT)
     result, resume = [r[0] for r in launched], launched[0][1]
     assert all(torch.equal(resume["resumed"][k], resume["straight"][k]) for k in resume["straight"])
-    pp4, fsdp, tp = result[0]
+    pp4, fsdp, tp, pp4_stream, v_tp_stream = result[0]
     _check(pp4, 8, 3, "pp=4")
     assert [r[0]["stages"] for r in result] == [[0], [1], [2], [3]] and pp4["mesh_dims"] == ("pp",)
     assert [r[0]["samples_read"] for r in result] == [32, 0, 0, 32]  # the middle stages read nothing
@@ -183,6 +310,13 @@ def test_four_stages_and_pipeline_by_fsdp2_and_by_tp_on_four_processes(tmp_path)
     assert tp["mesh_dims"] == ("pp", "tp")
     _check(tp, 8, 3, "pp x tp")
     assert [r[2]["stages"] for r in result] == [[0, 2], [0, 2], [1, 3], [1, 3]]
+    # streams: process 0 alone reads a dispatched one (the last stage receives, the middle stages
+    # are told); by shards the V's first-and-last ranks (tp peers) read it, the middle ones do not
+    _check(pp4_stream, 16, 4, "pp=4 on a dispatched stream")
+    _check(v_tp_stream, 8, 3, "zbv x tp on a stream read by shards")
+    assert [r[3]["samples_read"] for r in result] == [64, 0, 0, 0]
+    assert [r[4]["samples_read"] for r in result] == [8 * 4 + 8] * 2 + [0, 0]
+    assert [r[3]["batch_shapes"][0][0] for r in result] == [(16, 8), (0, 8), (0, 8), (16, 8)]
 
 
 @pytest.mark.slow

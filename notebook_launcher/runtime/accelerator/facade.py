@@ -267,6 +267,7 @@ class Accelerator(TrackingAPI, SavingAPI, ControlAPI, SettingsView, ProcessAPI, 
             rng_types=self.rng_types,
             use_seedable_sampler=self.dataloader_config.use_seedable_sampler,
             data_seed=self.dataloader_config.data_seed,
+            process_index=self.process_index,  # dispatch_batches: process 0 alone reads
         )
         loader.periodic_saves = self._periodic_saves()  # ProjectConfiguration.save_every_n_steps
         self._dataloaders.append(loader)

@@ -5,7 +5,8 @@ original loader per process (one batch in all with split_batches), joins them in
 batch and sends it to everyone; process r keeps slice r. A last global batch that does not divide
 by the number of processes is completed with the first samples of the pass (unless drop_last), so
 every process takes the same number of steps. Used for IterableDatasets by default: a stream is
-read once instead of once per process.
+read once instead of once per process. On a mesh the reader is process 0 alone (not every process
+of data rank 0: its tp/cp peers and other pipeline stages receive), and r is the data rank.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
+import torch.distributed as dist
 
 from ...errors import AcceleratorError
 from .. import ops
@@ -83,20 +85,30 @@ def _global_batches(loader_iter: Iterator[Any], per_step: int) -> Iterator[Any]:
 
 
 def dispatch(
-    loader: Any, *, rank: int, world_size: int, split_batches: bool, drop_last: bool
+    loader: Any,
+    *,
+    rank: int,
+    world_size: int,
+    split_batches: bool,
+    drop_last: bool,
+    reads: bool | None = None,
+    group: Any = None,
 ) -> Iterator[DispatchedBatch]:
-    """Iterate `loader` on rank 0 and yield each rank its slice of every global batch."""
-    source = _global_batches(iter(loader), 1 if split_batches else world_size) if rank == 0 else None
+    """Iterate `loader` on the process that `reads` (process 0: the broadcast's source; by default
+    data rank 0) and yield each data rank its slice of every global batch. `group`: the processes
+    that take part (None: all; a pipeline leaves out its middle stages, stage_batches.py)."""
+    reads = rank == 0 if reads is None else reads
+    source = _global_batches(iter(loader), 1 if split_batches else world_size) if reads else None
     pending = next(source, None) if source is not None else None
     first: Any = None
     while True:
-        if rank == 0:
+        if reads:
             current = pending
             pending = next(cast(Iterator[Any], source), None) if current is not None else None  # rank 0: set
             message = [None if current is None else current, pending is None]
         else:
             message = [None, None]
-        current, is_last = ops.broadcast_object_list(message, from_process=0)
+        current, is_last = _from_process_zero(message, group)
         if current is None:
             return
         size = _size(current)
@@ -113,3 +125,11 @@ def dispatch(
         yield DispatchedBatch(share, bool(is_last), size)
         if is_last:
             return
+
+
+def _from_process_zero(message: list[Any], group: Any) -> list[Any]:
+    """Process 0's message on every process of `group` (None: every process)."""
+    if group is None:
+        return ops.broadcast_object_list(message, from_process=0)
+    dist.broadcast_object_list(message, src=0, group=group)
+    return message

@@ -68,8 +68,11 @@ class DataLoaderShard:
         rng_types: list[str] | None = None,
         use_seedable_sampler: bool = False,
         data_seed: int | None = None,
+        process_index: int | None = None,
     ) -> None:
         self.base_loader = loader
+        self.process_index = rank if process_index is None else process_index  # dispatch reads on 0
+        self._dispatch_group: Any = None  # whom a dispatched batch goes to (None: all; stage_batches.py)
         self.dataset = loader.dataset
         self.use_seedable_sampler = use_seedable_sampler
         self.rank, self.world_size, self.device = rank, world_size, device
@@ -105,7 +108,11 @@ class DataLoaderShard:
         self._batch_sampler_view = BatchSamplerShard(self, self._sampling)
         if self._stream is not None:  # a bad split_batches size: reported at prepare(), not at a step
             round_shape(world_size, loader.batch_size, split_batches)
-        base_bs = loader.batch_size if loader.batch_size is not None else _batch_size_of(loader)
+        base_bs = (
+            loader.batch_size
+            if loader.batch_size is not None
+            else getattr(loader.batch_sampler, "batch_size", None)
+        )
         self.total_batch_size = base_bs if split_batches else (base_bs or 1) * world_size
         self.batch_size = (base_bs // world_size) if (split_batches and base_bs) else base_bs
 
@@ -288,6 +295,8 @@ class DataLoaderShard:
             world_size=self.world_size,
             split_batches=self.split_batches,
             drop_last=self._drop_last,
+            reads=self.process_index == 0,
+            group=self._dispatch_group,
         )
         for index, part in enumerate(parts, start=1):
             self.end_of_dataloader = part.is_last
@@ -364,10 +373,6 @@ class DataLoaderShard:
         """Make the next iteration start after `num_batches` batches (Accelerate's helper)."""
         self._skip_next = int(num_batches)
         return self
-
-
-def _batch_size_of(loader: DataLoader) -> int | None:
-    return getattr(loader.batch_sampler, "batch_size", None)
 
 
 def _sized(dataset: Any, steps_of) -> int | None:

@@ -11,7 +11,12 @@ stage is given.
 
 The structure comes from the rank of stage 0 (the pp group's rank 0 in every placement torch uses):
 at the first batch of each pass it broadcasts it over the pp group, once, in step with the other
-stages' loaders. Map-style datasets only: a stream (an IterableDataset) is still read on every stage.
+stages' loaders. A stream (an IterableDataset, or any dataset under dispatch_batches) has no plan
+known beforehand, so there stage 0's rank tells the pp group at each step: this step's structure,
+whether it is the pass's last, its remainder and position, or that the pass has no (more) steps.
+A middle stage never iterates the stream; the first and last stages read it as without a pipeline,
+and under dispatch_batches process 0 alone reads and sends each global batch to the reading ranks
+only (`StageData.readers`).
 """
 
 from __future__ import annotations
@@ -29,11 +34,15 @@ from .loader import DataLoaderShard, FixedBatches
 
 @dataclass(frozen=True)
 class StageData:
-    """How one pipeline rank takes part: whether it reads the batches (first or last stage) and the
-    pp group the batch structure travels over (from group rank 0, the first stage's rank)."""
+    """How one pipeline rank takes part: whether it reads the batches (first or last stage), the
+    pp group the batch structure travels over (from group rank 0, the first stage's rank), whether
+    the pipeline has middle ranks at all (none: a stream needs no telling), and the group of the
+    reading ranks that dispatched batches go to (None: every process)."""
 
     reads: bool
     group: Any
+    has_middle: bool = True
+    readers: Any = None
 
 
 class StageDataLoader(DataLoaderShard):
@@ -42,6 +51,7 @@ class StageDataLoader(DataLoaderShard):
     def __init__(self, loader: DataLoader, *, stage: StageData, **kwargs: Any) -> None:
         super().__init__(loader, **kwargs)
         self.stage = stage
+        self._dispatch_group = stage.readers
 
     def _batch_loader(self, batches: list[list[int]], kwargs: dict[str, Any]) -> Iterable[Any]:
         if not batches:
@@ -62,6 +72,42 @@ class StageDataLoader(DataLoaderShard):
         structure = _share_structure(None, self.stage.group)
         for _ in range(count):
             yield placeholder(structure)
+
+    # a stream: stage 0 tells each step (its structure, last, remainder, position) as it comes
+    def _iter_iterable(self) -> Iterator[Any]:
+        return self._stream_steps_told(super()._iter_iterable)
+
+    def _iter_dispatched(self) -> Iterator[Any]:
+        return self._stream_steps_told(super()._iter_dispatched)
+
+    def _stream_steps_told(self, read: Any) -> Iterator[Any]:
+        if not self.stage.has_middle:
+            return read()
+        return self._read_and_tell_steps(read()) if self.stage.reads else self._follow_steps()
+
+    def _read_and_tell_steps(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """The reading ranks: each step told before it is yielded; the end told unless the last step
+        said it was the last (every reading rank of a pp group takes the same steps, and follows
+        stage 0's word on the last one: the same calls on every rank)."""
+        ended = False
+        for batch in batches:
+            step = (structure_of(batch), self.end_of_dataloader, self.remainder, self.batches_yielded)
+            ended = bool(_share_structure(step, self.stage.group)[1])
+            yield batch
+        if not ended:
+            _share_structure(None, self.stage.group)
+
+    def _follow_steps(self) -> Iterator[Any]:
+        """A middle stage: a placeholder per step stage 0 tells, until it tells the last (or none)."""
+        self._skip_next = 0  # the reading ranks skip (read past) the steps a resume leaves out
+        while True:
+            step = _share_structure(None, self.stage.group)
+            if step is None:
+                return
+            structure, self.end_of_dataloader, self.remainder, self.batches_yielded = step
+            yield placeholder(structure)
+            if self.end_of_dataloader:
+                return
 
 
 def _share_structure(structure: Any, group: Any) -> Any:

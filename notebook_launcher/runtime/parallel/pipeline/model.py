@@ -197,6 +197,7 @@ class PipelineModel(nn.Module):
             self._schedule = cls(stages[0], m, loss_fn=self._scaled_loss, scale_grads=False)
         else:
             self._schedule = cls(stages, m, loss_fn=self._scaled_loss, scale_grads=False)
+        self.timeline.schedule_built(self._schedule)
         return self._schedule
 
     def _broadcast_loss(self) -> torch.Tensor:

@@ -37,6 +37,7 @@ class PipelineStrategy(ModelParallelStrategy):
         self._dropped: set[int] = set()  # ids of the original parameters other ranks hold
         self._key_order: list[str] = []  # the whole model's state dict order
         self.pp_rank = local_rank(self.device_mesh, "pp")
+        self._readers: Any = None  # the group of the first and last stages' processes (dispatched data)
 
     @property
     def pp_group(self) -> Any:
@@ -90,13 +91,24 @@ class PipelineStrategy(ModelParallelStrategy):
         return prepared
 
     def data_stage(self) -> StageData:
-        """Only the ranks of the first and the last stage read batches (runtime/data/stage_batches.py)."""
+        """Only the ranks of the first and the last stage read batches (runtime/data/stage_batches.py);
+        dispatched batches go to those ranks only."""
         handler = self.parallelism.pp_handler
         assert handler is not None  # ParallelismConfig sets one when pp_size > 1
         pp_size = int(self.parallelism.pp_size or 1)
         n_stages = handler.stage_count(pp_size)
-        mine = stages_of_rank(handler.schedule, pp_size, n_stages, self.pp_rank)
-        return StageData(reads=0 in mine or n_stages - 1 in mine, group=self.pp_group)
+        reading = [
+            0 in stages or n_stages - 1 in stages
+            for stages in (stages_of_rank(handler.schedule, pp_size, n_stages, r) for r in range(pp_size))
+        ]
+        if all(reading):
+            return StageData(reads=True, group=self.pp_group, has_middle=False)
+        if self._readers is None:  # once: new_group is a collective of every process
+            ranks = self.device_mesh.mesh.movedim(self.device_mesh.mesh_dim_names.index("pp"), 0)
+            self._readers = dist.new_group(
+                sorted(int(q) for r in range(pp_size) if reading[r] for q in ranks[r].flatten())
+            )
+        return StageData(reads=reading[self.pp_rank], group=self.pp_group, readers=self._readers)
 
     def _rebind(self, optimizer: torch.optim.Optimizer) -> None:
         """The optimizer keeps this rank's parameters only (sharded ones where FSDP2/TP replaced them)."""

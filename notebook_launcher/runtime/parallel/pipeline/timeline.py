@@ -10,6 +10,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ....config.pipeline import SINGLE_STAGE
+from .ideal_bubble import simulated_bubble
+
 MAX_BLOCKS = 256  # of the last step, sent to the launcher (a long schedule is cut, not the figures)
 _active: Timeline | None = None  # the timeline of the step running in this process
 _patched = False
@@ -17,7 +20,8 @@ _patched = False
 
 def ideal_bubble(schedule: str, pp_size: int, microbatches: int, virtual_stages: int) -> float:
     """The schedule's idle share with equal stages and free transfers: (p - 1) / (m + p - 1) for
-    GPipe and 1F1B; (p - 1) / (v m + p - 1) for the schedules with v stages per rank."""
+    GPipe and 1F1B; (p - 1) / (v m + p - 1) with v stages per rank until a multi-stage schedule is
+    built, which then gets its own from the action lists torch runs (Timeline.schedule_built)."""
     v = max(1, virtual_stages)
     return (pp_size - 1) / (v * microbatches + pp_size - 1)
 
@@ -37,6 +41,14 @@ class Timeline:
         self.steps, self.total_step, self.total_waited = 0, 0.0, 0.0
         self._began = 0.0
         self.last: dict[str, Any] = {}
+
+    def schedule_built(self, schedule: Any) -> None:
+        """A multi-stage schedule's ideal: the action lists torch runs for it, on the unit clock
+        (ideal_bubble.py). For looped_bfs and interleaved_1f1b that is the formula; the zero-bubble
+        schedules split backward into input and weight blocks and idle far less. (GPipe's and 1F1B's
+        lists in torch only describe those schedules, with an off-by-one in 1F1B's: the formula.)"""
+        if self.schedule not in SINGLE_STAGE:
+            self.ideal = simulated_bubble(schedule.pipeline_order)
 
     def attach(self, stages: Sequence[Any]) -> None:
         """Time this rank's stages' per-micro-batch work (instance attributes: nothing global)."""
