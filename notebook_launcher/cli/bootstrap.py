@@ -56,6 +56,25 @@ def die_with_launcher() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def whole_lines() -> None:
+    """Write each printed line in one write, as notebook_launch's workers do (worker/entry.py).
+
+    torchrun runs workers with `python -u`, whose text streams write every piece at once: `print(x)`
+    is two writes, the text and then its newline. torchrun's --tee reads each worker's log file a
+    line at a time and copies it to the console with the rank's prefix; reading between the two
+    writes, it copied the text without its newline, and the other rank's line was then glued to it
+    (`{...}[rank1] LAUNCHER_LISTENS {...}`, seen in tests/test_network_exposure.py). Line-buffered,
+    a line goes out whole when its newline is printed; a flush() still sends a partial line (tqdm's).
+    """
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(line_buffering=True, write_through=False)
+            except (ValueError, OSError):  # a stream replaced by something else: leave it be
+                pass
+
+
 def run_target(kind: str, target: str, args: list[str]) -> None:
     """Run a script path or module name as `__main__`, with sys.argv and sys.path as Python sets them."""
     if kind == "script":
@@ -111,6 +130,7 @@ def main(argv: list[str]) -> None:
         raise SystemExit(USAGE)
     kind, target, *args = argv
     die_with_launcher()
+    whole_lines()
     from ..system.host_memory import apply_threshold_if_asked
 
     apply_threshold_if_asked()  # as in notebook_launch's workers: glibc as in a plain process unless asked
