@@ -28,7 +28,9 @@ def test_each_worker_line_carries_its_rank_unless_turned_off(tmp_path, prefix):
             assert f"[rank{rank}] out of {rank}\n" in result.stdout, explain(result)
             assert f"[rank{rank}] err of {rank}\n" in result.stderr, explain(result)
         else:  # the workers' own writes, a whole line each (cli/bootstrap.py whole_lines)
-            assert f"out of {rank}\n" in result.stdout and f"err of {rank}\n" in result.stderr, explain(result)
+            assert f"out of {rank}\n" in result.stdout and f"err of {rank}\n" in result.stderr, explain(
+                result
+            )
     if not prefix:
         assert "[rank" not in result.stdout + result.stderr
     assert list(temp.iterdir()) == []  # torchrun's logs went to a temporary folder, removed afterwards
