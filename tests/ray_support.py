@@ -76,7 +76,7 @@ class LocalRay:
             if "Ray runtime started" in text:
                 self.address = f"127.0.0.1:{gcs}"
                 return None
-            if "Exception" in text or (self.pid is not None and not _alive(self.pid)):
+            if "Exception" in text or (self.pid is not None and not process_alive(self.pid)):
                 return f"`ray start` failed: {text.strip()[-1500:]}"
             time.sleep(0.3)
         return f"`ray start` did not finish within {START_SECONDS:.0f} s"
@@ -90,10 +90,10 @@ class LocalRay:
 
     def stop(self) -> None:
         """SIGTERM to `ray start --block` (it stops what it started), then SIGKILL to its session."""
-        if self.pid is not None and _alive(self.pid):
+        if self.pid is not None and process_alive(self.pid):
             os.kill(self.pid, signal.SIGTERM)
             deadline = time.monotonic() + 20
-            while time.monotonic() < deadline and _alive(self.pid):
+            while time.monotonic() < deadline and process_alive(self.pid):
                 time.sleep(0.2)
         if self.pid is not None:
             for pid in _session_members(self.pid):
@@ -104,7 +104,8 @@ class LocalRay:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether pid runs (a zombie does not); the SLURM support uses it too."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -149,7 +150,7 @@ def leftover_processes() -> list[str]:
             command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if any(str(root) in command for root in _ROOTS) and _alive(int(entry.name)):
+        if any(str(root) in command for root in _ROOTS) and process_alive(int(entry.name)):
             left.append(f"{entry.name}: {command[:120]}")
     return left
 

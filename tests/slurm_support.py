@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ray_support import process_alive
 
 ROOT = Path(__file__).resolve().parent.parent
 START = ROOT / "scripts" / "slurm" / "start.sh"
@@ -76,10 +77,10 @@ def stop_what_the_tests_started() -> list[str]:
     for pid in stopping.values():
         os.kill(pid, 15)
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and any(_alive(pid) for pid in stopping.values()):
+    while time.monotonic() < deadline and any(process_alive(pid) for pid in stopping.values()):
         time.sleep(0.1)
     for pid in stopping.values():
-        if _alive(pid):
+        if process_alive(pid):
             os.kill(pid, 9)
     _STARTED_HERE.clear()
     return sorted(stopping)
@@ -92,17 +93,6 @@ def _jobs_of_anyone() -> list[str]:
     except (OSError, subprocess.TimeoutExpired):
         return []
     return done.stdout.split() if done.returncode == 0 else []
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
-    except OSError:
-        return False
 
 
 def slurm_jobs(name_prefix: str) -> list[str]:
