@@ -88,16 +88,15 @@ def test_the_run_view_shows_the_ranks_bars_and_keeps_live_lines_out_of_its_panes
 def test_slurm_nodes_relay_displays_and_bars_through_their_events_file(tmp_path):
     """A SLURM node writes the ranks' displays and bars to its events file; the notebook reads them back."""
     import json
-    from dataclasses import asdict
 
-    from notebook_launcher.clusters.logs import LogFollower
+    from notebook_launcher.clusters.logs import EVENT_KIND, LogFollower, encode_event
 
     display = WorkerDisplay(3, {"text/html": "<b>node 1</b>"}, {"k": 1}, "abc", False)
     bar = BarUpdate(3, 9, "epoch", 2, 4, "2/4 [00:01<00:01]", "epoch: 50%|##| 2/4", closed=False)
     events = tmp_path / "events.jsonl"
-    with open(events, "w") as handle:
-        for kind, event in (("display", display), ("bar", bar)):
-            handle.write(json.dumps({"kind": kind, "payload": asdict(event), "time": 0.0}) + "\n")
+    with open(events, "w") as handle:  # as the SLURM task writes them (clusters/slurm_task.py _emit)
+        for event in (display, bar):
+            handle.write(json.dumps({"kind": EVENT_KIND, "payload": encode_event(event), "time": 0.0}) + "\n")
     follower = LogFollower(1, tmp_path / "out", tmp_path / "err", events)
     assert follower.read() == ([display, bar], [])
 
