@@ -72,6 +72,27 @@ def test_without_inotify_a_wait_polls_at_a_millisecond(tmp_path):
     assert fallback < polled / 2, (fallback, polled)
 
 
+def test_without_inotify_a_wait_asks_for_a_watch_once_then_sleeps_between_reads(tmp_path, monkeypatch):
+    """Where no watch can be had, the wait sleeps POLL_SECONDS between reads: it asks for a watch
+    once per store, and reads the file about once a millisecond, not as fast as it can."""
+    asked = []
+    monkeypatch.setattr(module, "_watch", lambda path: asked.append(path) or -1)
+    path = str(tmp_path / "f")
+    open(path, "w").close()
+    store = waking_file_store(path, 60)
+    reads = []
+    check = store._file.check
+    monkeypatch.setattr(
+        store, "_file", type("Counting", (), {"check": lambda self, keys: reads.append(1) or check(keys)})()
+    )
+    began = time.monotonic()
+    with pytest.raises(dist.DistStoreError):
+        store.wait(["never-written"], datetime.timedelta(seconds=0.3))
+    waited = time.monotonic() - began
+    assert asked == [path]
+    assert len(reads) <= waited / module.POLL_SECONDS + 2, (len(reads), waited)
+
+
 def test_a_key_never_written_times_out_saying_which(tmp_path):
     path = str(tmp_path / "f")
     open(path, "w").close()

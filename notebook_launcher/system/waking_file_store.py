@@ -31,6 +31,7 @@ from typing import Any
 IN_MODIFY = 0x00000002  # <sys/inotify.h>: the file was written
 RECHECK_SECONDS = 0.05  # re-read the file at least this often while waiting, event or not
 POLL_SECONDS = 0.001  # between two reads where inotify is not available
+_NOT_WATCHED, _CANNOT_WATCH = -1, -2  # a store's watch before its first wait; none to be had
 
 
 _LIVE: list[Any] = []  # every store made in this process, kept for the process's life (below)
@@ -75,7 +76,7 @@ def _store_class() -> type:
             self._timeout_s = timeout_s
             self._file = FileStore(path, -1)  # -1: never removed by a count of users
             self._file.set_timeout(datetime.timedelta(seconds=timeout_s))
-            self._notify = -1  # watched from the first wait that has to wait
+            self._notify = _NOT_WATCHED  # watched from the first wait that has to wait
             self.set_timeout(datetime.timedelta(seconds=timeout_s))
 
         def __del__(self) -> None:
@@ -126,12 +127,11 @@ def _store_class() -> type:
             return getattr(self, "timeout")  # noqa: B009 - torch's Store property, unknown to its stubs
 
         def _sleep_until_written(self, most: float) -> None:
-            if self._notify < 0:
-                self._notify = _watch(self._path)
-                if self._notify < 0:
-                    self._notify = -2  # none to be had: poll from now on
-                return  # watched from now on: read the file once more before sleeping
-            if self._notify == -2:
+            if self._notify == _NOT_WATCHED:
+                watch = _watch(self._path)
+                self._notify = watch if watch >= 0 else _CANNOT_WATCH  # asked once per store
+                return  # from now on: read the file once more before sleeping
+            if self._notify == _CANNOT_WATCH:
                 time.sleep(min(most, POLL_SECONDS))
                 return
             select.select([self._notify], [], [], most)
