@@ -6,6 +6,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import suite_schedule  # noqa: E402  (tests/, put on the path just above)
 
 # README's test command runs the venv's python without activating the venv: the tools its packages
 # install (ray, jupyter, notebook-launcher, ninja for DeepSpeed's ops) are found in its bin/ first.
@@ -108,6 +109,20 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name not in FAST_FILES:
             item.add_marker(pytest.mark.slow)
+    if hasattr(config, "workerinput"):  # an xdist worker: units longest first (every worker alike)
+        suite_schedule.longest_units_first(items)
+
+
+# README's test command runs on pytest-xdist workers (`-n auto` in pyproject's addopts; `-n 0` runs
+# the suite in this one process): tests/suite_schedule.py says how the suite is split between them.
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    return suite_schedule.make_scheduler(config, log)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    return suite_schedule.worker_count()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -137,6 +152,7 @@ COMPONENTS = {
 _IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 _passed_by_component: dict[str, int] = {}
 _allowed_skips: list[str] = []
+_IS_XDIST_WORKER = False  # set in pytest_configure
 
 
 def _allowed(nodeid: str) -> str | None:
@@ -146,10 +162,8 @@ def _allowed(nodeid: str) -> str | None:
 def _gate(report) -> None:
     if not report.skipped or hasattr(report, "wasxfail"):
         return
-    why = _allowed(report.nodeid)
-    if why is not None:
-        _allowed_skips.append(f"{report.nodeid}: {why}")
-        return
+    if _allowed(report.nodeid) is not None:
+        return  # listed in pytest_runtest_logreport
     reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
     report.outcome = "failed"
     report.longrepr = (
@@ -162,13 +176,29 @@ def _gate(report) -> None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
-    report = outcome.get_result()
     if _IN_CI:
-        _gate(report)
+        _gate(outcome.get_result())
+
+
+def pytest_runtest_logreport(report):
+    """Count what ran for real where the run is reported: in this process, or with xdist workers in
+    the controller, which receives every worker's (gated) reports here."""
+    if _IS_XDIST_WORKER:
+        return
+    if report.skipped and report.when in ("setup", "call"):
+        why = _allowed(report.nodeid)
+        if why is not None:
+            _allowed_skips.append(f"{report.nodeid}: {why}")
     if report.when == "call" and report.passed:
+        file = os.path.basename(report.nodeid.split("::", 1)[0])
         for component, parts in COMPONENTS.items():
-            if any(part in item.path.name for part in parts):
+            if any(part in file for part in parts):
                 _passed_by_component[component] = _passed_by_component.get(component, 0) + 1
+
+
+def pytest_configure(config):
+    global _IS_XDIST_WORKER
+    _IS_XDIST_WORKER = hasattr(config, "workerinput")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -179,19 +209,15 @@ def pytest_make_collect_report(collector):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """The suite leaves nothing running: the SLURM daemons it started itself stop here; the Ray head
-    stopped with its session fixture, and a process of it still running fails the run (kernels and
-    Jupyter servers are children of this process: _no_leftover_children checks them after each test)."""
+    """The suite leaves nothing running: the SLURM daemons it started itself stop here (in the xdist
+    worker that ran the cluster tests); the Ray head stops with its session fixture, whose teardown
+    fails if a process of it still runs (kernels and Jupyter servers are children of the test
+    process: _no_leftover_children checks them after each test)."""
     slurm_support = sys.modules.get("slurm_support")
     if slurm_support is not None:
         stopped = slurm_support.stop_what_the_tests_started()
         if stopped:
             print(f"\nstopped the SLURM daemons this run started: {', '.join(stopped)}")
-    ray_support = sys.modules.get("ray_support")
-    left = ray_support.leftover_processes() if ray_support is not None else []
-    if left:
-        print("\nthe run's Ray cluster left processes running:\n  " + "\n  ".join(left))
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter):

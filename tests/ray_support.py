@@ -179,3 +179,7 @@ def shared_ray_cluster() -> Iterator[LocalRay]:
     running = _SHARED.pop("cluster", None)
     if isinstance(running, LocalRay):
         running.stop()
+    # Checked here, not at the session's end: an error in this teardown reaches the report from an
+    # xdist worker too (a worker's exit status does not).
+    left = leftover_processes()
+    assert not left, "the run's Ray cluster left processes running:\n  " + "\n  ".join(left)
