@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import queue
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,15 @@ class CellRun:
     @property
     def text(self) -> str:
         return self.stdout + self.stderr
+
+    @property
+    def report(self) -> str:
+        """What the cell printed and, if it raised, its whole traceback (colours removed): the message
+        of a failed assertion about a cell."""
+        if self.error is None:
+            return self.text
+        traceback = "\n".join(self.error.get("traceback", []))
+        return self.text + re.sub(r"\x1b\[[0-9;]*m", "", traceback)
 
 
 class KernelSession:

@@ -1,7 +1,7 @@
-"""How README's test command splits the suite over pytest-xdist's worker processes (no tests here).
+"""How `pytest -n auto` splits the suite over pytest-xdist's worker processes (no tests here).
 
 The machine sits a third idle in a one-process run (tests wait on kernels, clusters, timeouts), so
-the suite runs on a few workers; tests/conftest.py wires this in. A work unit is one test file, so
+the suite can run on a few workers; tests/conftest.py wires this in. A work unit is one test file, so
 its module fixtures (a kernel, a Jupyter server) start once, except the files that share one real
 component, which form one unit so that one worker owns it: the Ray cluster (a session fixture) and
 the local SLURM node (two workers' jobs would queue behind each other on its CPUs). Units start

@@ -162,7 +162,7 @@ def test_twenty_launches_keep_the_kernel_clean(kernel):
     run = kernel.run(
         "for _ in range(20):\n    assert list(notebook_launch(quick, num_processes=2, quiet=True)) == [0, 1]"
     )
-    assert run.error is None, run.text
+    assert run.error is None, run.report
     after = kernel.value(snapshot)
     assert after[0] == before[0], "os.environ changed"
     assert after[1] == before[1], "signal handlers changed"

@@ -3,16 +3,30 @@ reap it within a bound.
 
 Each worker leads its own process group (worker/entry.py), so a signal to the group also reaches its
 DataLoader workers and any subprocess the user's function started; none of them outlives a launch.
+
+A group's id is its leader's pid, and a reaped worker's pid is free for the next process the machine
+starts. A signal to the group of a worker already reaped can therefore reach a stranger: a process
+that got the pid and leads a group of its own, such as a rank of another launch, which makes its
+group first thing (seen: one launch in ~2,000 with four launching at once lost a rank to a SIGKILL
+from another's cleanup; "Gloo connectFullMesh failed ... Connection closed by peer"). So the
+launcher reaps a worker only after its last signal to the group: it watches for exits without
+reaping (has_exited, wait_for_exit), keeps multiprocessing from reaping its workers behind its back,
+and never signals the group of a worker it no longer holds. A forkserver's worker is the forkserver's
+child, reaped there the moment it exits: its group is signalled while it runs, and afterwards only
+those of its members that started before its exit was seen.
 """
 
 from __future__ import annotations
 
 import collections
+import multiprocessing.process
 import os
 import signal
+import time
 import warnings
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
 from typing import Any
 
 from ..worker.entry import WorkerSpec, run_worker
@@ -37,6 +51,7 @@ class Worker:
     started: bool = False  # reached our worker code (a spawned child can die while bootstrapping)
     reported: bool = False  # sent a result or an error
     closed: bool = False  # process reaped (or given up on) and pipes closed
+    exit_seen: float | None = None  # boot-clock seconds when its exit was first seen (has_exited)
 
     @property
     def launched(self) -> bool:
@@ -44,7 +59,56 @@ class Worker:
 
     @property
     def alive(self) -> bool:
-        return not self.exited and self.launched and self.process.is_alive()
+        """Running: not exited as far as the launcher knows, and not exited now (never reaps)."""
+        return not self.exited and self.launched and not has_exited(self)
+
+
+def _boot_seconds() -> float:
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def _holds_pid(process: Any) -> bool:
+    """Whether the pid is still this process's to signal: a child of ours not yet reaped (running,
+    or a zombie). A forkserver's worker is not our child; a reaped one's pid may be another's."""
+    popen = process._popen
+    if popen is None or popen.returncode is not None:
+        return False
+    try:
+        os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
+
+
+def has_exited(worker: Worker) -> bool:
+    """Whether the worker's process has ended, without reaping it (its pid stays ours until then);
+    the first time it is seen, when (Worker.exit_seen)."""
+    popen = worker.process._popen
+    if popen is None:
+        return False
+    if popen.returncode is not None:
+        ended = True
+    elif _holds_pid(worker.process):
+        ended = os.waitid(os.P_PID, worker.process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    else:  # a forkserver's worker: its exit status comes through the sentinel
+        ended = popen.poll() is not None
+    if ended and worker.exit_seen is None:
+        worker.exit_seen = _boot_seconds()
+    return ended
+
+
+def wait_for_exit(worker: Worker, bound: float) -> bool:
+    """Wait up to `bound` seconds for the worker's process to end, without reaping it; whether it has.
+    The sentinel can fire a moment before the exit status is collectable (or, when the user's code
+    closed every descriptor, before the exit itself)."""
+    deadline = time.monotonic() + bound
+    wait([worker.process.sentinel], bound)
+    while not has_exited(worker):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(left, 0.001))
+    return True
 
 
 def start_worker(ctx: Any, spec: WorkerSpec, target: Any, into: list[Worker]) -> Worker:
@@ -69,6 +133,9 @@ def start_worker(ctx: Any, spec: WorkerSpec, target: Any, into: list[Worker]) ->
         into.append(worker)
         ends = [out_w, err_w, msg_w]  # the read ends now belong to the worker
         process.start()
+        # multiprocessing reaps every finished child it knows whenever any process starts (and in
+        # is_alive()), which would free a worker's pid before our last signal to its group: forget it.
+        multiprocessing.process._children.discard(process)  # type: ignore[attr-defined]
     finally:
         for end in ends:
             end.close()
@@ -76,21 +143,52 @@ def start_worker(ctx: Any, spec: WorkerSpec, target: Any, into: list[Worker]) ->
 
 
 def signal_group(worker: Worker, signum: int) -> None:
-    """Send a signal to the worker and everything in its process group.
+    """Send a signal to the worker and everything in its process group, never to a stranger's group
+    (the module says why).
 
     A worker that has not yet made its group (it does so first thing) has started nothing either,
     so the signal to its own pid is enough then. After the worker exited its group can live on
-    (its DataLoader workers, a subprocess): the pid is not reused while the group exists.
+    (its DataLoader workers, a subprocess): while we hold the worker's pid (not reaped), the group's
+    id cannot be anyone else's.
     """
     pid = worker.process.pid if worker.launched else None
     if pid is None:
         return
-    try:
-        os.killpg(pid, signum)
-    except (ProcessLookupError, PermissionError, OSError):
-        pass
+    if _pid_is_its(worker):
+        try:
+            os.killpg(pid, signum)
+        except (ProcessLookupError, PermissionError, OSError):
+            pass
+    elif worker.exit_seen is not None:  # a forkserver's worker, gone: its members from before its exit
+        _signal_members(pid, worker.exit_seen, signum)
     if not worker.exited:
         signal_process(worker, signum)
+
+
+def _pid_is_its(worker: Worker) -> bool:
+    """Whether the worker's pid still names the worker (running, or a zombie of ours)."""
+    popen = worker.process._popen
+    if popen is None or popen.returncode is not None:
+        return False
+    return _holds_pid(worker.process) or not has_exited(worker)
+
+
+def _signal_members(group: int, before: float, signum: int) -> None:
+    """Signal the processes of `group` that started before `before` (boot-clock seconds): they are
+    the exited leader's; one started later took the pid after it was freed."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == group and int(fields[19]) / ticks < before:
+            try:
+                os.kill(int(entry.name), signum)
+            except OSError:
+                pass
 
 
 # How the launcher ends a worker it stops. Not SIGTERM, which asks a worker for a graceful stop
@@ -110,7 +208,7 @@ def stop_group(worker: Worker) -> None:
 def signal_process(worker: Worker, signum: int) -> None:
     """Send a signal to the worker process alone (the stack-dump request)."""
     try:
-        if worker.launched and worker.process.pid is not None:
+        if worker.launched and worker.process.pid is not None and _pid_is_its(worker):
             os.kill(worker.process.pid, signum)
     except (ProcessLookupError, OSError, ValueError):
         pass

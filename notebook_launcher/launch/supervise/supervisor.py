@@ -41,6 +41,7 @@ from .processes import (
     signal_process,
     start_worker,
     stop_group,
+    wait_for_exit,
 )
 from .rendezvous_watch import RendezvousWatch
 from .stacks import QUIET_SECONDS, StackDump
@@ -281,12 +282,12 @@ class Supervisor:
 
     def _on_exit(self, worker: Worker, fd: int) -> None:
         self._unregister(fd)
-        # The sentinel can fire a moment before the exit status is collectable (or, when the user's
-        # code closed every descriptor, before the exit itself): wait, then read what it left.
-        worker.process.join(5)
+        ended = wait_for_exit(worker, 5)  # not reaped before its group is signalled (processes.py)
         self.inbox.drain(worker)
         worker.exited = True
         signal_group(worker, signal.SIGKILL)  # what it started (DataLoader workers, subprocesses) ends too
+        if ended:
+            worker.process.join(0)  # reaped only now
         code = worker.process.exitcode
         self.record.exitcodes[worker.rank] = code
         known = next((f for f in self.record.failures if f.rank == worker.rank), None)
@@ -345,7 +346,7 @@ class Supervisor:
             deadline = time.monotonic() + GRACE_SECONDS
             for worker in self.workers:
                 if worker.launched and not worker.closed:
-                    worker.process.join(max(0.0, deadline - time.monotonic()))
+                    wait_for_exit(worker, max(0.0, deadline - time.monotonic()))
         except KeyboardInterrupt:
             interrupted = True
         while True:
