@@ -2,9 +2,8 @@
 
 A worker leads its own process group, whose id is its pid. The launcher used to reap a worker as soon
 as it exited and then SIGKILL its group, once then and again at the launch's end; by then the pid
-could belong to another process that leads a group of its own, such as a rank of another launch
-(seen with four launches at once: "Gloo connectFullMesh failed ... Connection closed by peer", one
-launch in ~2,000). launch/supervise/processes.py says how the launcher avoids it.
+could belong to another process that leads a group of its own, such as a rank of another launch,
+and the SIGKILL ended it. launch/supervise/processes.py says how the launcher avoids it.
 
 Pids are made to repeat on purpose in a PID namespace of the test's own (`unshare --pid`, root; CI
 runs as root), where ns_last_pid picks the next pid and nothing else starts processes.

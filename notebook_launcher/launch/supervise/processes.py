@@ -7,11 +7,10 @@ DataLoader workers and any subprocess the user's function started; none of them 
 A group's id is its leader's pid, and a reaped worker's pid is free for the next process the machine
 starts. A signal to the group of a worker already reaped can therefore reach a stranger: a process
 that got the pid and leads a group of its own, such as a rank of another launch, which makes its
-group first thing (seen: one launch in ~2,000 with four launching at once lost a rank to a SIGKILL
-from another's cleanup; "Gloo connectFullMesh failed ... Connection closed by peer"). So the
-launcher reaps a worker only after its last signal to the group: it watches for exits without
-reaping (has_exited, wait_for_exit), keeps multiprocessing from reaping its workers behind its back,
-and never signals the group of a worker it no longer holds. A forkserver's worker is the forkserver's
+group first thing (tests/test_pid_reuse.py makes a pid repeat and shows it). So the launcher reaps
+a worker only after its last signal to the group: it watches for exits without reaping
+(has_exited, wait_for_exit), keeps multiprocessing from reaping its workers behind its back, and
+never signals the group of a worker it no longer holds. A forkserver's worker is the forkserver's
 child, reaped there the moment it exits: its group is signalled while it runs, and afterwards only
 those of its members that started before its exit was seen.
 """
