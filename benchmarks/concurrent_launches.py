@@ -71,8 +71,8 @@ def _raw_loop(launches: int, queue: multiprocessing.Queue) -> None:
 
 def _run(side: str, loops: int, launches: int) -> tuple[int, int, str, float]:
     target = _ours_loop if side == "ours" else _raw_loop
-    queue: multiprocessing.Queue = multiprocessing.get_context("fork").Queue()
     context = multiprocessing.get_context("fork")
+    queue: multiprocessing.Queue = context.Queue()
     started = time.perf_counter()
     workers = [context.Process(target=target, args=(launches, queue)) for _ in range(loops)]
     for worker in workers:

@@ -30,9 +30,13 @@ SHARED_UNITS = {
 }
 
 
+def _path_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
 def unit_of(nodeid: str) -> str:
     """The work unit of a test: its file, or the shared unit its file belongs to."""
-    path = nodeid.split("::", 1)[0]
+    path = _path_of(nodeid)
     return SHARED_UNITS.get(os.path.basename(path), path)
 
 
@@ -47,7 +51,7 @@ def unit_seconds(nodeids: Sequence[str]) -> dict[str, float]:
     seconds = _file_seconds()
     files_of: dict[str, set[str]] = {}
     for nodeid in nodeids:
-        files_of.setdefault(unit_of(nodeid), set()).add(os.path.basename(nodeid.split("::", 1)[0]))
+        files_of.setdefault(unit_of(nodeid), set()).add(os.path.basename(_path_of(nodeid)))
     return {unit: sum(seconds.get(f, DEFAULT_SECONDS) for f in files) for unit, files in files_of.items()}
 
 

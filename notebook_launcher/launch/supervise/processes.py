@@ -66,17 +66,14 @@ def _boot_seconds() -> float:
     return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
-def _holds_pid(process: Any) -> bool:
-    """Whether the pid is still this process's to signal: a child of ours not yet reaped (running,
-    or a zombie). A forkserver's worker is not our child; a reaped one's pid may be another's."""
-    popen = process._popen
-    if popen is None or popen.returncode is not None:
-        return False
+def _child_ended(process: Any) -> bool | None:
+    """For a child of ours not yet reaped (its pid still ours: running, or a zombie): whether it has
+    ended, asked without reaping it. None when it is no unreaped child of ours: a forkserver's
+    worker, or one already reaped (whose pid may be another's)."""
     try:
-        os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        return os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
     except ChildProcessError:
-        return False
-    return True
+        return None
 
 
 def has_exited(worker: Worker) -> bool:
@@ -85,11 +82,8 @@ def has_exited(worker: Worker) -> bool:
     popen = worker.process._popen
     if popen is None:
         return False
-    if popen.returncode is not None:
-        ended = True
-    elif _holds_pid(worker.process):
-        ended = os.waitid(os.P_PID, worker.process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    else:  # a forkserver's worker: its exit status comes through the sentinel
+    ended = True if popen.returncode is not None else _child_ended(worker.process)
+    if ended is None:  # a forkserver's worker: its exit status comes through the sentinel
         ended = popen.poll() is not None
     if ended and worker.exit_seen is None:
         worker.exit_seen = _boot_seconds()
@@ -169,7 +163,9 @@ def _pid_is_its(worker: Worker) -> bool:
     popen = worker.process._popen
     if popen is None or popen.returncode is not None:
         return False
-    return _holds_pid(worker.process) or not has_exited(worker)
+    if _child_ended(worker.process) is not None:
+        return True  # an unreaped child of ours: its pid cannot be another's
+    return not has_exited(worker)
 
 
 def _signal_members(group: int, before: float, signum: int) -> None:
