@@ -156,3 +156,17 @@ def test_a_worker_reaped_behind_multiprocessings_back_is_still_closed():
     for end in ends[1::2]:
         end.close()
     assert len(os.listdir("/proc/self/fd")) == fds  # the process's sentinel was closed too
+
+
+def test_what_a_warm_pool_worker_started_ends_after_it_returned(tmp_path):
+    """A warm-pool worker is the forkserver's child, reaped there the moment it exits, so its pid may
+    be another process's by the time the launcher ends its group: what it started is found by start
+    time instead (launch/supervise/processes.py) and ends all the same."""
+    args = (str(tmp_path), "return")
+    launched = notebook_launch(
+        starts_grandchildren, args=args, num_processes=2, quiet=True, start_method="forkserver"
+    )
+    assert list(launched) == [3, 3]
+    pids = _grandchildren(tmp_path)
+    assert len(pids) == 6, pids
+    assert _wait_gone(pids) == [], "a process started by a warm-pool worker outlived the launch"
