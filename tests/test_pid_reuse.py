@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
+
+from notebook_launcher.launch.supervise.processes import _signal_members
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,9 +56,13 @@ SCRIPT = textwrap.dedent(
     process = context.Process(target=os.getpid)
     process.start()
     process.join()
+    worker = Worker(0, process, reader, reader, reader)
+    # The launcher saw the exit, then reaped. A start time is kept in clock ticks (10 ms), so a
+    # stranger that takes the pid within a tick reads as older than the exit: "a second after" says so.
+    worker.exit_seen = time.clock_gettime(time.CLOCK_BOOTTIME) + 1
     stranger = take_pid(process.pid)
     assert stranger.pid == process.pid, (stranger.pid, process.pid)
-    signal_group(Worker(0, process, reader, reader, reader), signal.SIGKILL)
+    signal_group(worker, signal.SIGKILL)
     print("reaped-worker stranger", "alive" if alive(stranger) else "killed", flush=True)
     stranger.kill()
     stranger.wait()
@@ -127,3 +135,17 @@ def test_no_signal_reaches_a_process_that_took_an_ended_workers_pid(tmp_path: Pa
     lines = dict(line.split(" stranger ", 1) for line in done.stdout.splitlines() if " stranger " in line)
     assert lines.get("reaped-worker", "").startswith("alive"), done.stdout + done.stderr
     assert lines.get("launch", "").startswith("alive"), done.stdout + done.stderr
+
+
+def test_a_group_id_a_stranger_leads_now_is_not_signalled_as_a_forkserver_workers() -> None:
+    """A forkserver's worker is reaped there at once; its members are signalled by start time, which
+    is kept in clock ticks. A stranger that took the pid leads the group with that id: left alone,
+    whatever the exit time says."""
+    stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        _signal_members(stranger.pid, time.clock_gettime(time.CLOCK_BOOTTIME) + 60, signal.SIGKILL)
+        with pytest.raises(subprocess.TimeoutExpired):
+            stranger.wait(timeout=0.5)  # a SIGKILL ends it within milliseconds
+    finally:
+        stranger.kill()
+        stranger.wait()

@@ -152,8 +152,8 @@ def signal_group(worker: Worker, signum: int) -> None:
             os.killpg(pid, signum)
         except (ProcessLookupError, PermissionError, OSError):
             pass
-    elif worker.exit_seen is not None:  # a forkserver's worker, gone: its members from before its exit
-        _signal_members(pid, worker.exit_seen, signum)
+    elif worker.exit_seen is not None and _a_forkservers_child(worker.process):
+        _signal_members(pid, worker.exit_seen, signum)  # gone: its members from before its exit
     if not worker.exited:
         signal_process(worker, signum)
 
@@ -168,9 +168,25 @@ def _pid_is_its(worker: Worker) -> bool:
     return not has_exited(worker)
 
 
+def _a_forkservers_child(process: Any) -> bool:
+    """Whether the forkserver started (and reaps) the process. A child of ours we reaped ourselves, and
+    only after its group's last signal: nothing of its group is left to signal."""
+    from multiprocessing import popen_forkserver
+
+    return isinstance(process._popen, popen_forkserver.Popen)
+
+
 def _signal_members(group: int, before: float, signum: int) -> None:
     """Signal the processes of `group` that started before `before` (boot-clock seconds): they are
-    the exited leader's; one started later took the pid after it was freed."""
+    the exited leader's.
+
+    While any of them lives the kernel gives nobody the leader's pid, so a process that has that pid
+    now took it after the group emptied: the group is then a stranger's, and nothing is signalled.
+    The start-time test covers a stranger's members left after it exited; it is no test for the
+    stranger itself, whose start time is kept in clock ticks (10 ms) and so can read as older than
+    an exit seen a moment before it started."""
+    if Path(f"/proc/{group}").exists():
+        return
     ticks = os.sysconf("SC_CLK_TCK")
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
