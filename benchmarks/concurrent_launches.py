@@ -1,16 +1,23 @@
 """Launches at once on one machine: how many fail, ours beside raw torch doing the same.
 
 Each of `--loops` processes runs `--launches` two-rank launches one after another, all loops at the
-same time; every launch's ranks form a gloo group and return their rank. Printed per side: launches
-run, launches failed, and the first failure's message. The raw side forks two ranks that meet in a
-FileStore of their own per launch (a fresh temp file), as ours do; a failure there too says the cause
-is below us (torch/gloo), none says it is ours.
+same time (more loops than cores loads the machine); every launch's ranks form a gloo group and
+return. Printed per side: launches run, launches failed, and the first failure's message.
+
+- raw torch: two forked ranks per launch meet in a FileStore of their own (a fresh temp file),
+  call init_process_group and destroy_process_group.
+- raw torch, TORCH_DIST_INIT_BARRIER=1: the same with torch's barrier at the end of its
+  initialisation (off by default).
+- ours: notebook_launch, each rank making an Accelerator.
+
+A rank that returns from init_process_group can exit while its peer is still accepting the gloo
+connection it made, and the peer fails: "Gloo connectFullMesh failed ... Connection closed by peer".
+One loop on a machine loaded by three busy processes shows it too, so it is load, not launches
+pairing with each other. runtime/world/state.py ends our initialisation with a barrier.
 
     .venv/bin/python benchmarks/concurrent_launches.py --loops 4 --launches 1500
 
-Issue 33, 2026-12-05, 2 cores, 4 loops x 300: raw torch 47 of 1,200 launches failed ("Gloo
-connectFullMesh failed ... Connection closed by peer", a rank completing with another launch's), ours
-0 of 1,200; in four 1,500-launch loops ours lost one pair of launches in about 3,000.
+Issue 33, 2026-12-06, 2 cores, 4 loops x 300: see benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -42,13 +49,20 @@ def _ours_loop(launches: int, queue: multiprocessing.Queue) -> None:
 def _raw_rank(path: str, rank: int) -> None:
     import torch.distributed as dist
 
-    store = dist.FileStore(path, 2)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=2)
-    dist.destroy_process_group()
+    try:
+        store = dist.FileStore(path, 2)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=2)
+        dist.destroy_process_group()
+    except Exception as exc:  # its first line, for the loop to show; the exit code says it failed
+        with open(f"{path}.rank{rank}.error", "w") as handle:
+            handle.write(str(exc).splitlines()[0][:300])
+        os._exit(1)
 
 
-def _raw_loop(launches: int, queue: multiprocessing.Queue) -> None:
+def _raw_loop(launches: int, queue: multiprocessing.Queue, init_barrier: bool = False) -> None:
     import torch.distributed  # noqa: F401  (imported once, before the forks, as a notebook would)
+
+    os.environ["TORCH_DIST_INIT_BARRIER"] = "1" if init_barrier else "0"
 
     context = multiprocessing.get_context("fork")
     failed, first = 0, ""
@@ -63,18 +77,32 @@ def _raw_loop(launches: int, queue: multiprocessing.Queue) -> None:
         codes = [process.exitcode for process in ranks]
         if any(codes):
             failed += 1
+            for rank in range(2):
+                if not first and os.path.exists(f"{path}.rank{rank}.error"):
+                    first = f"rank {rank}: " + open(f"{path}.rank{rank}.error").read()
             first = first or f"exit codes {codes}"
-        if os.path.exists(path):
-            os.unlink(path)
+        for leftover in (path, f"{path}.rank0.error", f"{path}.rank1.error"):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
     queue.put((launches, failed, first))
 
 
+def _raw_loop_with_init_barrier(launches: int, queue: multiprocessing.Queue) -> None:
+    _raw_loop(launches, queue, init_barrier=True)
+
+
+SIDES = {
+    "raw torch": _raw_loop,
+    "raw torch, TORCH_DIST_INIT_BARRIER=1": _raw_loop_with_init_barrier,
+    "ours": _ours_loop,
+}
+
+
 def _run(side: str, loops: int, launches: int) -> tuple[int, int, str, float]:
-    target = _ours_loop if side == "ours" else _raw_loop
     context = multiprocessing.get_context("fork")
     queue: multiprocessing.Queue = context.Queue()
     started = time.perf_counter()
-    workers = [context.Process(target=target, args=(launches, queue)) for _ in range(loops)]
+    workers = [context.Process(target=SIDES[side], args=(launches, queue)) for _ in range(loops)]
     for worker in workers:
         worker.start()
     results = [queue.get() for _ in workers]
@@ -96,10 +124,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--loops", type=int, default=4)
     parser.add_argument("--launches", type=int, default=300, help="per loop")
     args = parser.parse_args(argv)
-    for side in ("raw torch", "ours"):
+    for side in SIDES:
         total, failed, first, seconds = _run(side, args.loops, args.launches)
         print(
-            f"{side:10s} {total} launches in {seconds:.0f} s, {failed} failed"
+            f"{side:37s} {total} launches in {seconds:.0f} s, {failed} failed"
             + (f": {first}" if first else "")
         )
     return 0

@@ -214,10 +214,8 @@ def get_state(
         if init_method is None:
             kwargs.update(_attempt_store(world, timeout))
         dist.init_process_group(**kwargs)
-        if backend == "gloo" and isinstance(kwargs.get("store"), dist.FileStore):
-            # Every rank's gloo pairs are up before any returns: a rank that read its peer's address
-            # from the file a poll (10 ms) later would else find the peer, done and gone, had closed them.
-            dist.distributed_c10d.barrier()  # torch's own: not a collective of the user's (collective_log)
+        if backend == "gloo":
+            _wait_for_every_ranks_pairs()
         owns = True
         if "nccl" not in str(backend):
             atexit.unregister(_destroy_owned_group_at_exit)  # once, however many groups a script makes
@@ -226,6 +224,22 @@ def get_state(
         backend = None
     _STATE = ProcessState(rank, local_rank, world_size, local_world, node_rank, device, backend, owns)
     return _STATE
+
+
+def _wait_for_every_ranks_pairs() -> None:
+    """Return from the group's initialisation only once every rank has finished its own.
+
+    torch's init_process_group has no barrier at its end (TORCH_DIST_INIT_BARRIER=0 by default), and
+    gloo's connecting side counts its pair as connected once its connection is made, before the
+    other side has accepted it. A rank with little to do can then return, finish and exit, closing
+    its sockets while its peer is still connecting: the peer fails with "Gloo connectFullMesh failed
+    ... Connection closed by peer", whatever the store (file or TCP): raw torch lost 37 of 1,200
+    launches so on a loaded machine, with torch's own barrier at the end 0 (benchmarks/
+    concurrent_launches.py). A gloo barrier cannot complete before every pair is up on both sides.
+    (The barrier once ran only after a FileStore meeting, and the store that replaced it is no
+    FileStore: the race came back unseen.)
+    """
+    dist.distributed_c10d.barrier()  # torch's own: not a collective of the user's (collective_log)
 
 
 def _default_backend(device: torch.device, local_world: int, local_rank: int) -> str:
