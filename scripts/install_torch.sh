@@ -16,7 +16,12 @@ set -euo pipefail
 PYTHON=${1:?usage: install_torch.sh PYTHON [VERSION]}
 VERSION=${2:-${TORCH_VERSION:-2.13.0}}
 CPU_INDEX=https://download.pytorch.org/whl/cpu
-pip=("$PYTHON" -m pip install --quiet --no-compile)
+# Byte-compiled at install, as pip does by default: without .pyc files every new interpreter compiles
+# torch, sympy and networkx again where it cannot write them (a read-only venv, PYTHONDONTWRITEBYTECODE),
+# 3.3 s of CPU for `import torch` instead of 1.5 s (issue 33; 15 s of CPU once, here).
+# TORCH_NO_COMPILE=1 skips it: a throwaway venv that imports torch a few times (tests/fresh_venv.py).
+pip=("$PYTHON" -m pip install --quiet)
+if [ "${TORCH_NO_COMPILE:-}" = 1 ]; then pip+=(--no-compile); fi
 
 if [ "${TORCH_BUILD:-}" = pypi ] || command -v nvidia-smi >/dev/null 2>&1 || [ -e /proc/driver/nvidia/version ]; then
     echo "install_torch: torch==$VERSION from PyPI (the CUDA build, 2.6 GB for 2.13.0; it runs on a CPU too)"
