@@ -18,7 +18,7 @@ VERSION=${2:-${TORCH_VERSION:-2.13.0}}
 CPU_INDEX=https://download.pytorch.org/whl/cpu
 # Byte-compiled at install, as pip does by default: without .pyc files every new interpreter compiles
 # torch, sympy and networkx again where it cannot write them (a read-only venv, PYTHONDONTWRITEBYTECODE),
-# 3.3 s of CPU for `import torch` instead of 1.5 s (issue 33; 15 s of CPU once, here).
+# about 3 s of CPU for `import torch` instead of 1.5 s (issue 33; 15 s of CPU once, here).
 # TORCH_NO_COMPILE=1 skips it: a throwaway venv that imports torch a few times (tests/fresh_venv.py).
 pip=("$PYTHON" -m pip install --quiet)
 if [ "${TORCH_NO_COMPILE:-}" = 1 ]; then pip+=(--no-compile); fi

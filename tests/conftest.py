@@ -113,8 +113,8 @@ def pytest_collection_modifyitems(config, items):
         suite_schedule.longest_units_first(items)
 
 
-# With `-n auto` the suite runs on pytest-xdist workers (not the default yet: see pyproject.toml's
-# addopts); tests/suite_schedule.py says how the suite is split between them.
+# With `-n auto` (README's test command) the suite runs on pytest-xdist workers; tests/suite_schedule.py
+# says how the suite is split between them.
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     return suite_schedule.make_scheduler(config, log)

@@ -27,7 +27,7 @@ def test_ci_runs_exactly_the_readme_commands():
     first = re.search(
         r"^(bash scripts/install\.sh && \.venv/bin/python quickstart\.py)\s+# 1\.", quick_start, re.M
     )
-    test_command = re.search(r"^(\.venv/bin/python -m pytest)\s+# 2\.", quick_start, re.M)
+    test_command = re.search(r"^(\.venv/bin/python -m pytest(?: -n auto)?)\s+# 2\.", quick_start, re.M)
     assert first and test_command, quick_start
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert test_command.group(1) in ci
