@@ -20,8 +20,11 @@ TORCH = os.environ.get("TORCH_VERSION", "2.13.0")
 
 
 def clean_env() -> dict[str, str]:
-    """The caller's environment without what would make the venv import the repo's copy."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    """The caller's environment without what would make the venv import the repo's copy, and with
+    bytecode written as on a user's machine: the venv is installed without .pyc files, and where
+    PYTHONDONTWRITEBYTECODE is set (this project's machines) every process would compile torch again."""
+    dropped = ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     return env
 
