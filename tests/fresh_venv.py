@@ -64,7 +64,11 @@ def make_venv(where: Path, wheel: Path, extra: str = "") -> Path:
         "--no-compile",
     ]  # no .pyc of all torch: minutes saved
     # The one decision of which torch build a machine gets (and pip's cache: not downloaded twice).
-    run(["bash", str(ROOT / "scripts" / "install_torch.sh"), str(python), TORCH], timeout=900, TORCH_NO_COMPILE="1")
+    run(
+        ["bash", str(ROOT / "scripts" / "install_torch.sh"), str(python), TORCH],
+        timeout=900,
+        TORCH_NO_COMPILE="1",
+    )
     constraints = os.environ.get("NOTEBOOK_LAUNCHER_EXTRAS_CONSTRAINTS") if extra else None
     pins = ["--constraint", constraints] if constraints else []  # check_extras: pinned on purpose
     run(pip + pins + [f"{wheel}[{extra}]" if extra else str(wheel)], timeout=1800)
