@@ -17,7 +17,7 @@ pairing with each other. runtime/world/state.py ends our initialisation with a b
 
     .venv/bin/python benchmarks/concurrent_launches.py --loops 4 --launches 1500
 
-Issue 33, 2026-12-06, 2 cores, 4 loops x 300: see benchmarks/README.md.
+Issue 33, 2026-12-05, 2 cores, 4 loops x 300: see benchmarks/README.md.
 """
 
 from __future__ import annotations
