@@ -62,7 +62,7 @@ def make_venv(where: Path, wheel: Path, extra: str = "") -> Path:
         "install",
         "--quiet",
         "--no-compile",
-    ]  # no .pyc of all torch: minutes saved
+    ]  # no .pyc at install: each process writes those of what it imports (clean_env keeps that on)
     # The one decision of which torch build a machine gets (and pip's cache: not downloaded twice).
     run(
         ["bash", str(ROOT / "scripts" / "install_torch.sh"), str(python), TORCH],
