@@ -61,6 +61,13 @@ _ON_RESET: list[Callable[[], None]] = []  # see on_reset
 # Set by notebook_launch's worker, which exits with os._exit once the result is sent: there the group
 # is left to die with the process (tearing down gloo while a DDP model still holds it can hang).
 _EXIT_WITHOUT_TEARDOWN = False
+# Groups destroyed in such a worker, kept referenced until its os._exit. The last reference to a gloo
+# group is often a DDP model's Reducer, freed when the user's function returns: ~ProcessGroupGloo then
+# joins the group's threads with the GIL held, while a thread finishing a collective waits for the GIL
+# to free its tensors, and the rank hangs for good (Accelerate's test_grad_sync after its
+# PartialState().destroy_process_group(); py-spy: std::thread::join under ~ProcessGroupGloo, the
+# group's runLoop thread in gil_scoped_acquire under ~AsyncAllgatherWork).
+_KEPT_UNTIL_EXIT: list[Any] = []
 
 
 def exit_without_teardown() -> None:
@@ -286,6 +293,13 @@ def _destroy_owned_group_at_exit() -> None:
             pass
 
 
+def _every_group() -> list[Any]:
+    """The default group and every group made beside it (torch keeps them in its private world map)."""
+    world = getattr(dist.distributed_c10d, "_world", None)
+    groups = list(getattr(world, "pg_map", {}) or {})
+    return groups if groups else [dist.group.WORLD]
+
+
 def current_state() -> ProcessState | None:
     """The state if one was created, without creating it."""
     return _STATE
@@ -297,6 +311,8 @@ def reset_state(destroy_process_group: bool = True) -> None:
     global _STATE
     if _STATE is not None and _STATE.owns_process_group and destroy_process_group:
         if dist.is_available() and dist.is_initialized():
+            if _EXIT_WITHOUT_TEARDOWN:
+                _KEPT_UNTIL_EXIT.extend(_every_group())
             dist.destroy_process_group()
     _STATE = None
     for forget in _ON_RESET:
