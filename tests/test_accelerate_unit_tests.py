@@ -94,6 +94,10 @@ def run_unit_tests(library: str, tmp_path: Path) -> tuple[dict[str, tuple[str, s
         os.killpg(process.pid, signal.SIGKILL)
         output, _ = process.communicate()
         pytest.fail(f"Accelerate's unit tests on {library} ran past 600 s:\n{output[-6000:]}")
+    finally:  # whatever ended the wait (pytest-timeout, Ctrl-C): nothing of the run is left behind
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
     assert report.exists(), f"pytest wrote no report (exit {process.returncode}):\n{output[-6000:]}"
     return outcomes(report), output
 
@@ -126,12 +130,14 @@ def check(found: dict[str, tuple[str, str]], expected_failures: dict[str, str], 
     assert len(passed) == PASSES_ON_ACCELERATE - len(expected_failures), f"passed: {passed}{explain}"
 
 
+@pytest.mark.timeout(720)  # past run_unit_tests' own bound (600 s), which reports the run's output
 def test_accelerate_unit_tests_pass_on_ours(tmp_path: Path) -> None:
     found, output = run_unit_tests("ours", tmp_path)
     check(found, FAILS_ON_OURS, output)
 
 
 @pytest.mark.control
+@pytest.mark.timeout(720)
 def test_accelerate_unit_tests_pass_on_accelerate(tmp_path: Path) -> None:
     found, output = run_unit_tests("accelerate", tmp_path)
     check(found, {}, output)
