@@ -180,6 +180,15 @@ def pytest_runtest_makereport(item, call):
         _gate(outcome.get_result())
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """The local Ray cluster stops after the last test in a row that uses it (ray_support)."""
+    if "ray_cluster" in getattr(item, "fixturenames", ()):
+        from ray_support import stop_when_done_with
+
+        stop_when_done_with(item, nextitem)
+
+
 def pytest_runtest_logreport(report):
     """Count what ran for real where the run is reported: in this process, or with xdist workers in
     the controller, which receives every worker's (gated) reports here."""
@@ -210,8 +219,8 @@ def pytest_make_collect_report(collector):
 
 def pytest_sessionfinish(session, exitstatus):
     """The suite leaves nothing running: the SLURM daemons it started itself stop here (in the xdist
-    worker that ran the cluster tests); the Ray head stops with its session fixture, whose teardown
-    fails if a process of it still runs (kernels and Jupyter servers are children of the test
+    worker that ran the cluster tests); the Ray head stops after the last test that uses it
+    (pytest_runtest_teardown), whose teardown fails if a process of it still runs (kernels and Jupyter servers are children of the test
     process: _no_leftover_children checks them after each test)."""
     slurm_support = sys.modules.get("slurm_support")
     if slurm_support is not None:

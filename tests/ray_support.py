@@ -8,10 +8,10 @@ port on its command line, so it waits for the agent to write it to a file, for a
 RAY_raylet_start_wait_time_s do not change it — checked with an agent made to import in 25 s, which
 aborts the raylet with or without them), and that agent is a Python process that may need longer to
 import. We pass the agent's port ourselves, so we write that file for the raylet as soon as the
-session exists (the agent then listens on that same port). The cluster starts once per test run
-(the `ray_cluster` session fixture); a start that fails skips with Ray's words, without a retry.
-At the session's end conftest asks `leftover_processes()`: a process of that cluster still running
-fails the run.
+session exists (the agent then listens on that same port). The cluster starts once for the Ray
+tests, which run one after the other (the `ray_cluster` fixture); a start that fails skips with Ray's words, without a retry.
+After the last of them conftest stops it and asks `leftover_processes()`: a process of that cluster
+still running fails that test's teardown.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -155,12 +154,13 @@ def leftover_processes() -> list[str]:
     return left
 
 
-@pytest.fixture(scope="session", name="ray_cluster")
-def shared_ray_cluster() -> Iterator[LocalRay]:
-    """One local Ray cluster for the whole test run, shared by every test file that imports this
-    fixture: started once, on first use (a start that fails skips with its reason, and is not tried
-    again), stopped when the run ends. Each importing module holds its own copy of the fixture; they
-    share the cluster through _SHARED, and the first teardown at the session's end stops it."""
+@pytest.fixture(name="ray_cluster")
+def shared_ray_cluster() -> LocalRay:
+    """One local Ray cluster for the tests that run one after the other (ours: a unit of the suite's
+    schedule, tests/suite_schedule.py), shared by every test file that imports this fixture: started
+    on first use (a start that fails skips with its reason, and is not tried again), and stopped by
+    conftest right after the last of them (stop_when_done_with): an idle cluster's daemons would
+    otherwise use a CPU share for the rest of the run. A later test that uses it starts it again."""
     pytest.importorskip("ray", reason="Ray is not installed (pip install ray; it is in the test extra)")
     if "failed" in _SHARED:
         pytest.skip(f"local Ray cluster unavailable: {_SHARED['failed']}")
@@ -175,11 +175,19 @@ def shared_ray_cluster() -> Iterator[LocalRay]:
         _SHARED["cluster"] = cluster
     shared = _SHARED["cluster"]
     assert isinstance(shared, LocalRay)
-    yield shared
+    return shared
+
+
+def stop_when_done_with(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After a test that used the cluster, when the next one does not (or none follows): stop it and
+    check that nothing of it is left. Called from conftest's test teardown, so a failure here is
+    reported as that test's teardown error (from an xdist worker too)."""
+    if "ray_cluster" not in getattr(item, "fixturenames", ()):
+        return
+    if nextitem is not None and "ray_cluster" in getattr(nextitem, "fixturenames", ()):
+        return
     running = _SHARED.pop("cluster", None)
     if isinstance(running, LocalRay):
         running.stop()
-    # Checked here, not at the session's end: an error in this teardown reaches the report from an
-    # xdist worker too (a worker's exit status does not).
     left = leftover_processes()
-    assert not left, "the run's Ray cluster left processes running:\n  " + "\n  ".join(left)
+    assert not left, "the Ray cluster left processes running:\n  " + "\n  ".join(left)

@@ -3,7 +3,7 @@
 The machine sits a third idle in a one-process run (tests wait on kernels, clusters, timeouts), so
 the suite can run on a few workers; tests/conftest.py wires this in. A work unit is one test file, so
 its module fixtures (a kernel, a Jupyter server) start once, except the files that share one real
-component, which form one unit so that one worker owns it: the Ray cluster (a session fixture) and
+component, which form one unit so that one worker owns it: the Ray cluster (started once for them) and
 the local SLURM node (two workers' jobs would queue behind each other on its CPUs). Units start
 longest first (seconds per file in suite_weights.json, from scripts/suite_weights.py over a
 one-process run), so that the run does not end on a long file started last; a file that is not in

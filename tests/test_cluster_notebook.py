@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from kernel_session import execute_notebook
-from ray_support import shared_ray_cluster  # noqa: F401  (fixture `ray_cluster`: the run's one Ray cluster)
+from ray_support import shared_ray_cluster  # noqa: F401  (fixture `ray_cluster`: one Ray cluster for the Ray tests)
 from slurm_support import local_slurm
 
 nbformat = pytest.importorskip("nbformat")

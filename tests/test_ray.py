@@ -23,7 +23,7 @@ from cluster_trainers import (
     run_forever,
 )
 from kernel_session import KernelSession
-from ray_support import shared_ray_cluster  # noqa: F401  (fixture `ray_cluster`: the run's one Ray cluster)
+from ray_support import shared_ray_cluster  # noqa: F401  (fixture `ray_cluster`: one Ray cluster for the Ray tests)
 
 from notebook_launcher import LaunchStopped, RayCluster, notebook_launch, start_launch
 
