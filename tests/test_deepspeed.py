@@ -36,8 +36,14 @@ from trainers import reference_weights
 
 from notebook_launcher import notebook_launch
 
-# imported once here so forked workers inherit it; muon pulls torch._inductor in
-import_deepspeed_or_skip("deepspeed.runtime.zero.muon.muon_optimizer")
+
+@pytest.fixture(scope="module", autouse=True)
+def deepspeed_imported():
+    """DeepSpeed imported once, before this file's first launch, so forked workers inherit it (muon
+    pulls torch._inductor in); here rather than at import, which every xdist worker's collection
+    would pay (~3 s of CPU each)."""
+    import_deepspeed_or_skip("deepspeed.runtime.zero.muon.muon_optimizer")
+
 
 TIMEOUT = 300
 

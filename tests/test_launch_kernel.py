@@ -2,10 +2,8 @@
 
 import textwrap
 
-import nbformat
 import psutil
 import pytest
-from nbclient import NotebookClient
 from test_launch_kernel_errors import DEFINE as FAILING  # the same failing function as there
 
 pytestmark = pytest.mark.slow
@@ -44,6 +42,9 @@ DEFINE = textwrap.dedent(
 
 
 def _run_notebook(cells, tmp_path, timeout=180):
+    import nbformat  # here, not at collection, which every xdist worker does (nbformat.v4: ~1.7 s)
+    from nbclient import NotebookClient
+
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.cells = [nbformat.v4.new_code_cell(src) for src in cells]
@@ -89,6 +90,9 @@ def test_cuda_initialised_kernel_switches_to_the_warm_pool_and_says_so(tmp_path)
 
 
 def test_explicit_fork_on_a_cuda_kernel_is_a_clear_error(tmp_path):
+    import nbformat
+    from nbclient import NotebookClient
+
     nb = nbformat.v4.new_notebook()
     nb.cells = [
         nbformat.v4.new_code_cell(DEFINE),
