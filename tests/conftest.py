@@ -186,7 +186,7 @@ def pytest_runtest_teardown(item, nextitem):
     if "ray_cluster" in getattr(item, "fixturenames", ()):
         from ray_support import stop_when_done_with
 
-        stop_when_done_with(item, nextitem)
+        stop_when_done_with(nextitem)
 
 
 def pytest_runtest_logreport(report):
@@ -219,9 +219,9 @@ def pytest_make_collect_report(collector):
 
 def pytest_sessionfinish(session, exitstatus):
     """The suite leaves nothing running: the SLURM daemons it started itself stop here (in the xdist
-    worker that ran the cluster tests); the Ray head stops after the last test that uses it
-    (pytest_runtest_teardown), whose teardown fails if a process of it still runs (kernels and Jupyter servers are children of the test
-    process: _no_leftover_children checks them after each test)."""
+    worker that ran the cluster tests); the Ray head stops in the teardown of the last test that
+    uses it (pytest_runtest_teardown), which fails if a process of it still runs (kernels and Jupyter
+    servers are children of the test process: _no_leftover_children checks them after each test)."""
     slurm_support = sys.modules.get("slurm_support")
     if slurm_support is not None:
         stopped = slurm_support.stop_what_the_tests_started()

@@ -9,8 +9,8 @@ RAY_raylet_start_wait_time_s do not change it — checked with an agent made to 
 aborts the raylet with or without them), and that agent is a Python process that may need longer to
 import. We pass the agent's port ourselves, so we write that file for the raylet as soon as the
 session exists (the agent then listens on that same port). The cluster starts once for the Ray
-tests, which run one after the other (the `ray_cluster` fixture); a start that fails skips with Ray's words, without a retry.
-After the last of them conftest stops it and asks `leftover_processes()`: a process of that cluster
+tests, which run one after the other (the `ray_cluster` fixture); a start that fails skips with
+Ray's words, without a retry. After the last of them conftest stops it and asks `leftover_processes()`: a process of that cluster
 still running fails that test's teardown.
 """
 
@@ -178,12 +178,10 @@ def shared_ray_cluster() -> LocalRay:
     return shared
 
 
-def stop_when_done_with(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    """After a test that used the cluster, when the next one does not (or none follows): stop it and
-    check that nothing of it is left. Called from conftest's test teardown, so a failure here is
-    reported as that test's teardown error (from an xdist worker too)."""
-    if "ray_cluster" not in getattr(item, "fixturenames", ()):
-        return
+def stop_when_done_with(nextitem: pytest.Item | None) -> None:
+    """Called from conftest's teardown of a test that used the cluster: when the next test does not
+    (or none follows), stop it and check that nothing of it is left; a failure here is reported as
+    that test's teardown error (from an xdist worker too)."""
     if nextitem is not None and "ray_cluster" in getattr(nextitem, "fixturenames", ()):
         return
     running = _SHARED.pop("cluster", None)
