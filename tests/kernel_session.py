@@ -108,6 +108,29 @@ class KernelSession:
         self.km.shutdown_kernel(now=True)
 
 
+# nbformat is imported where a notebook is read or made, not when a test module is collected: every
+# xdist worker collects the whole suite, and nbformat's v4 validators cost it about 1.7 s of CPU.
+def read_notebook(path: Path):
+    """The notebook at `path`, as nbformat version 4."""
+    import nbformat
+
+    return nbformat.read(path, as_version=4)
+
+
+def code_cell(source: str):
+    """A new code cell holding `source`."""
+    import nbformat
+
+    return nbformat.v4.new_code_cell(source)
+
+
+def new_notebook(cells: list):
+    """A new version-4 notebook of `cells`."""
+    import nbformat
+
+    return nbformat.v4.new_notebook(cells=cells)
+
+
 def execute_notebook(nb, workdir: Path, cell_timeout: float) -> float:
     """Run every cell of `nb` in a fresh python3 kernel started in workdir (nbclient; raises on the
     first error); the seconds it took."""

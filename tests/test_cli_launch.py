@@ -256,13 +256,7 @@ for _ in range(3):
 print(f"fsdp-ok rank={accelerator.process_index} type={accelerator.distributed_type}")
 """
 
-needs_fsdp = pytest.mark.skipif(
-    importlib.util.find_spec("notebook_launcher.runtime.strategies.fsdp") is None,
-    reason="the FSDP strategy has not landed yet (issue 5)",
-)
 
-
-@needs_fsdp
 @pytest.mark.slow
 def test_seed_fsdp_yaml_trains_on_two_cpu_processes(tmp_path):
     (tmp_path / "train.py").write_text(FSDP_TRAIN)
@@ -273,7 +267,6 @@ def test_seed_fsdp_yaml_trains_on_two_cpu_processes(tmp_path):
     assert "fsdp-ok rank=0" in result.stdout and "fsdp-ok rank=1" in result.stdout, explain(result)
 
 
-@needs_fsdp
 @pytest.mark.slow
 def test_seed_fsdp_yaml_with_a_missing_layer_class_names_the_models_classes(tmp_path):
     (tmp_path / "train.py").write_text(FSDP_TRAIN)

@@ -10,12 +10,12 @@ import re
 from pathlib import Path
 
 import pytest
-from kernel_session import execute_notebook
+from installed import skip_module_unless_installed
+from kernel_session import code_cell, execute_notebook, read_notebook
 from ray_support import shared_ray_cluster  # noqa: F401  (fixture `ray_cluster`: one Ray cluster for the Ray tests)
 from slurm_support import local_slurm
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+skip_module_unless_installed("nbformat", "nbclient")
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -26,10 +26,10 @@ def test_the_clusters_notebook_gives_the_same_losses_everywhere(tmp_path, monkey
     pytest.importorskip("submitit", reason="submitit is not installed (pip install submitit)")
     local_slurm()
     monkeypatch.setenv("RAY_ADDRESS", ray_cluster.address)
-    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nb = read_notebook(NOTEBOOK)
     assert all(not cell.get("outputs") for cell in nb.cells if cell.cell_type == "code"), "stored outputs"
     nb.cells.append(
-        nbformat.v4.new_code_cell(
+        code_cell(
             'import json\nprint("FACTS " + json.dumps({"here": list(here), "ray": list(on_ray), "slurm": list(on_slurm)}))'
         )
     )

@@ -24,11 +24,17 @@ from sharding_trainers import (
     transformer_model,
 )
 
-import notebook_launcher.runtime.strategies.fsdp  # noqa: F401  (imported once here, inherited by forked workers)
 from notebook_launcher import notebook_launch
 from notebook_launcher.config import FSDPConfig
 from notebook_launcher.errors import ConfigError
-from notebook_launcher.runtime.strategies.fsdp import plan as fsdp_plan
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fsdp_imported():
+    """The FSDP strategy imported once, before this file's first launch, so forked workers inherit it;
+    here rather than at import, which every xdist worker's collection would pay (~0.7 s of CPU)."""
+    import notebook_launcher.runtime.strategies.fsdp  # noqa: F401
+
 
 LAYER = "TransformerEncoderLayer"
 TIMEOUT = 120
@@ -283,6 +289,8 @@ def test_save_model_writes_the_full_unsharded_weights(tmp_path):
 
 # ------------------------------------------------------------------- what gets wrapped (1 process)
 def test_layers_are_chosen_by_class_name_and_by_size():
+    from notebook_launcher.runtime.strategies.fsdp import plan as fsdp_plan
+
     model = transformer_model()
     by_class = FSDPConfig(
         fsdp_auto_wrap_policy="TRANSFORMER_BASED_WRAP", fsdp_transformer_layer_cls_to_wrap=LAYER
@@ -306,6 +314,8 @@ def test_layers_are_chosen_by_class_name_and_by_size():
 
 
 def test_unknown_layer_class_is_an_error_listing_the_models_classes():
+    from notebook_launcher.runtime.strategies.fsdp import plan as fsdp_plan
+
     config = FSDPConfig(fsdp_transformer_layer_cls_to_wrap="GPT2Block")
     with pytest.raises(ConfigError) as info:
         fsdp_plan.layers_to_wrap(transformer_model(), config)
@@ -316,6 +326,8 @@ def test_unknown_layer_class_is_an_error_listing_the_models_classes():
 
 
 def test_mesh_shapes():
+    from notebook_launcher.runtime.strategies.fsdp import plan as fsdp_plan
+
     assert fsdp_plan.mesh_shape("FULL_SHARD", 8, 4) == (8,)
     assert fsdp_plan.mesh_shape("HYBRID_SHARD", 8, 4) == (2, 4)  # replicate over 2 machines, shard over 4
     assert fsdp_plan.mesh_shape("HYBRID_SHARD", 2, 2) == (1, 2)

@@ -12,8 +12,15 @@ from sharded_init_trainers import train_then_save_state
 from sharding_trainers import TinyTransformer
 from test_cli_helpers import CLI, cli_env
 
-import notebook_launcher.runtime.strategies.fsdp  # noqa: F401  (inherited by forked workers)
 from notebook_launcher import notebook_launch
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fsdp_imported():
+    """The FSDP strategy imported once, before this file's first launch, so forked workers inherit it;
+    here rather than at import, which every xdist worker's collection would pay (~0.7 s of CPU)."""
+    import notebook_launcher.runtime.strategies.fsdp  # noqa: F401
+
 
 TIMEOUT = 300
 FSDP_SHARDED = dict(

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from installed import skip_module_unless_installed
 
-nbformat = pytest.importorskip("nbformat")
-pytest.importorskip("nbclient")
+skip_module_unless_installed("nbformat", "nbclient")
 
 from test_notebooks import stored_notebook_text  # noqa: E402
 

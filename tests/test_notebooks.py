@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from kernel_session import execute_notebook
+from installed import skip_module_unless_installed
+from kernel_session import code_cell, execute_notebook, read_notebook
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+skip_module_unless_installed("nbformat", "nbclient")
 
 pytestmark = pytest.mark.slow
 
@@ -50,9 +50,7 @@ def execute(nb, workdir: Path):
 
 def with_facts(nb, expression: str):
     """Append a cell printing `expression` (a dict of kernel values) as one JSON line."""
-    nb.cells.append(
-        nbformat.v4.new_code_cell(f"import json as _json\nprint({FACTS!r} + _json.dumps({expression}))")
-    )
+    nb.cells.append(code_cell(f"import json as _json\nprint({FACTS!r} + _json.dumps({expression}))"))
     return nb
 
 
@@ -103,7 +101,7 @@ def assert_stored_clean(nb, name: str) -> None:
 
 def stored_notebook_text(path: Path, workdir: Path) -> str:
     """The notebook at `path`, stored without outputs, run top to bottom in a real kernel: its text."""
-    nb = nbformat.read(path, as_version=4)
+    nb = read_notebook(path)
     assert_stored_clean(nb, path.name)
     return all_text(execute(nb, workdir))
 
@@ -324,7 +322,7 @@ def _params():
 
 @pytest.mark.parametrize("path", list(_params()))
 def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path):
-    nb = nbformat.read(path, as_version=4)
+    nb = read_notebook(path)
     check = CHECKS.get(path.name)
     if check is None:  # another issue's notebook: its own tests check the outputs
         execute(nb, tmp_path)

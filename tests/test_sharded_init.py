@@ -14,8 +14,15 @@ import torch
 from deepspeed_import import import_deepspeed_or_skip
 from sharded_init_trainers import init_then_train, ordinary_weights
 
-import notebook_launcher.runtime.strategies.fsdp  # noqa: F401  (imported once, inherited by forked workers)
 from notebook_launcher import Accelerator, init_empty_weights, init_on_device, notebook_launch
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fsdp_imported():
+    """The FSDP strategy imported once, before this file's first launch, so forked workers inherit it;
+    here rather than at import, which every xdist worker's collection would pay (~0.7 s of CPU)."""
+    import notebook_launcher.runtime.strategies.fsdp  # noqa: F401
+
 
 TIMEOUT = 300
 FSDP = dict(

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 from deepspeed_import import import_deepspeed_or_skip
-from kernel_session import execute_notebook
+from installed import skip_module_unless_installed
+from kernel_session import code_cell, execute_notebook, read_notebook
 from noise_floor import FLOOR_MULTIPLE, FLOOR_ULPS, assert_losses_within_floor, ulp
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+skip_module_unless_installed("nbformat", "nbclient")
 
 pytestmark = pytest.mark.slow
 
@@ -29,14 +29,12 @@ FACTS = "FACTS "
 
 
 def run(name: str, facts_expression: str, workdir: Path) -> tuple[dict, str]:
-    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    nb = read_notebook(NOTEBOOKS / name)
     assert nb.metadata["kernelspec"]["name"] == "python3"
     for cell in nb.cells:  # stored clean: no outputs, no execution counts
         if cell.cell_type == "code":
             assert not cell.outputs and cell.execution_count is None, f"{name} is stored with outputs"
-    nb.cells.append(
-        nbformat.v4.new_code_cell(f"import json as _j\nprint({FACTS!r} + _j.dumps({facts_expression}))")
-    )
+    nb.cells.append(code_cell(f"import json as _j\nprint({FACTS!r} + _j.dumps({facts_expression}))"))
     took = execute_notebook(nb, workdir, 240)
     print(f"{name} ran in {took:.0f} s")  # a hang is caught by the cell timeout; times live in benchmarks/
     text = "".join(

@@ -14,14 +14,13 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from installed import skip_module_unless_installed
 from tracker_readers import event_file_pids, mlflow_runs, tensorboard_scalars, wandb_offline_run
 from tracker_trainers import crash_and_resume, log_to, train_and_track
 
 from notebook_launcher import notebook_launch
 
-pytest.importorskip("tensorboard", reason="tensorboard is in the test extra: pip install -e .[test]")
-pytest.importorskip("wandb", reason="wandb is in the test extra: pip install -e .[test]")
-pytest.importorskip("mlflow", reason="mlflow-skinny is in the test extra: pip install -e .[test]")
+skip_module_unless_installed("tensorboard", "wandb", "mlflow")
 
 pytestmark = pytest.mark.slow  # each launch imports three tracker libraries (~10-20 s here)
 

@@ -10,11 +10,15 @@ import json
 import re
 from pathlib import Path
 
-import pytest
-from kernel_session import execute_notebook
+from installed import skip_module_unless_installed
+from kernel_session import (
+    code_cell,
+    execute_notebook,
+    new_notebook,
+    read_notebook,
+)
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+skip_module_unless_installed("nbformat", "nbclient")
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "notebooks" / "06_config_panel.ipynb"
@@ -64,12 +68,12 @@ print("FACTS " + json.dumps({
 
 
 def test_example_notebook_launches_through_the_panel(tmp_path):
-    nb = nbformat.read(EXAMPLE, as_version=4)
+    nb = read_notebook(EXAMPLE)
     assert nb.metadata["kernelspec"]["name"] == "python3"
     assert all(not cell.get("outputs") for cell in nb.cells if cell.cell_type == "code"), (
         "outputs not stripped"
     )
-    nb.cells.append(nbformat.v4.new_code_cell(CHECK_RESULTS))
+    nb.cells.append(code_cell(CHECK_RESULTS))
     nb, models = execute(nb, tmp_path)
     got = facts(nb)
     # result.metrics / the view hold every logged step of every rank: 3 epochs x 8 batches
@@ -142,7 +146,7 @@ print("FACTS " + json.dumps({
 
 
 def test_failure_and_stop_are_shown_and_stop_ends_the_workers(tmp_path):
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(FAIL_AND_STOP)])
+    nb = new_notebook([code_cell(FAIL_AND_STOP)])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb, _ = execute(nb, tmp_path)
     got = facts(nb)
