@@ -18,6 +18,19 @@ if os.environ.get("PATH", "").split(os.pathsep)[0] != _BIN:
 os.environ.setdefault("XDG_CONFIG_HOME", str(ROOT / ".pytest-xdg-config"))
 
 
+@pytest.fixture
+def sigint_raises_keyboard_interrupt():
+    """SIGINT raises KeyboardInterrupt in the main thread, as in a notebook kernel or a terminal, for
+    tests that press Ctrl-C on their own process: a runner started as a background job inherits
+    SIGINT ignored, and Python then installs no handler (os.kill and _thread.interrupt_main do
+    nothing)."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory):
     from kernel_session import KernelSession

@@ -122,7 +122,7 @@ def test_an_error_on_one_rank_shows_its_traceback_and_the_ranks_stay_usable(rank
         ranks.pull("never_defined")
 
 
-def test_the_stop_button_interrupts_the_cell_on_every_rank(ranks, tmp_path):
+def test_the_stop_button_interrupts_the_cell_on_every_rank(ranks, tmp_path, sigint_raises_keyboard_interrupt):
     marker = tmp_path / "running"
     code = f"import pathlib, time\npathlib.Path({str(marker)!r}).touch()\nwhile True:\n    time.sleep(0.05)"
 
@@ -146,7 +146,9 @@ def test_the_stop_button_interrupts_the_cell_on_every_rank(ranks, tmp_path):
     assert ranks.run(COLLECTIVE) == [3.0, 3.0]  # the workers survived and the next cell runs
 
 
-def test_the_stop_button_while_a_big_push_is_being_written_leaves_the_pipes_intact(ranks, monkeypatch):
+def test_the_stop_button_while_a_big_push_is_being_written_leaves_the_pipes_intact(
+    ranks, monkeypatch, sigint_raises_keyboard_interrupt
+):
     """Ctrl-C in the middle of writing a command would leave half a message in a rank's pipe; it is
     taken once the command is written, and the ranks stay usable. The press comes from inside the
     write to rank 0 (not from a timer, which under load may fire before the write starts: the
@@ -173,7 +175,9 @@ def test_the_stop_button_while_a_big_push_is_being_written_leaves_the_pipes_inta
 
 
 @pytest.mark.slow
-def test_a_collective_on_some_ranks_is_stuck_until_interrupted_then_restart(tmp_path):
+def test_a_collective_on_some_ranks_is_stuck_until_interrupted_then_restart(
+    tmp_path, sigint_raises_keyboard_interrupt
+):
     """The documented rule: a collective in a cell run on some ranks waits for the others forever;
     the stop button then cannot reach it, the group is reported broken, and restart() recovers."""
     with Ranks(2, quiet=True) as group:

@@ -179,7 +179,7 @@ def test_timeout_stops_everything_and_names_running_ranks():
     assert info.value.running_ranks == [0, 1]
 
 
-def test_keyboard_interrupt_stops_workers_and_relaunch_works():
+def test_keyboard_interrupt_stops_workers_and_relaunch_works(sigint_raises_keyboard_interrupt):
     def forever():
         print("running", flush=True)
         time.sleep(60)

@@ -221,7 +221,7 @@ def ignores_sigterm_and_waits():
     time.sleep(60)
 
 
-def test_ctrl_c_again_and_again_during_shutdown_still_ends_everything():
+def test_ctrl_c_again_and_again_during_shutdown_still_ends_everything(sigint_raises_keyboard_interrupt):
     notebook_launch(prints_two_lines, num_processes=2, quiet=True)  # the first launch opens a pipe for good
     fds = len(os.listdir("/proc/self/fd"))
     ready, finished = threading.Event(), threading.Event()

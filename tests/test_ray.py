@@ -81,7 +81,7 @@ def test_stop_ends_every_rank_on_the_cluster(where, tmp_path):
     print(f"Ray: Stop to everything gone: {time.monotonic() - stopped_at:.1f} s")
 
 
-def test_ctrl_c_ends_every_rank_on_the_cluster(where, tmp_path):
+def test_ctrl_c_ends_every_rank_on_the_cluster(where, tmp_path, sigint_raises_keyboard_interrupt):
     def interrupt_when_running():
         _wait_for_pids(tmp_path)
         _thread.interrupt_main()
