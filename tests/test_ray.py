@@ -8,6 +8,8 @@ from __future__ import annotations
 import _thread
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -35,14 +37,36 @@ def where(ray_cluster):
     return RayCluster(address=ray_cluster.address)
 
 
+# The native threads Ray's client leaves in a process after ray.shutdown() (gRPC's event engine, its
+# timers, its DNS resolver, the GCS client's I/O); the launch's Ray driver runs in its own process.
+RAY_CLIENT_THREADS = {
+    "event_engine",
+    "timer_manager",
+    "grpc_global_tim",
+    "gcs_client_io_s",
+    "resolver-execut",
+}
+
+
+def _thread_names() -> list[str]:
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            names.append(Path(f"/proc/self/task/{task}/comm").read_text().strip())
+        except OSError:
+            pass  # ended meanwhile
+    return names
+
+
 def test_every_rank_returns_and_trains_like_a_local_launch(where, tmp_path, capsys):
     environ, handlers = dict(os.environ), {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     result = notebook_launch(
         all_reduce_and_train, kwargs={"folder": str(tmp_path)}, num_processes=2, cluster=where
     )
     printed = capsys.readouterr().out
-    assert dict(os.environ) == environ  # the caller is left as it was (ray.init and shutdown included)
+    assert dict(os.environ) == environ  # the caller is left as it was
     assert {s: signal.getsignal(s) for s in handlers} == handlers
+    assert not RAY_CLIENT_THREADS & set(_thread_names()), _thread_names()  # no thread of Ray's either
     local = notebook_launch(all_reduce_and_train, num_processes=2, quiet=True)
 
     assert [value["rank"] for value in result] == [0, 1]
@@ -123,17 +147,20 @@ def test_a_killed_kernel_takes_its_ray_ranks_with_it(ray_cluster, tmp_path):
 
 
 def test_the_cluster_has_all_its_cpus_back(ray_cluster):
-    """No placement group or actor of the launches above still holds resources."""
-    import ray
-
-    ray.init(address=ray_cluster.address, log_to_driver=False)
-    try:
-        deadline = time.monotonic() + 30
-        while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert ray.available_resources().get("CPU") == 2.0
-    finally:
-        ray.shutdown()
+    """No placement group or actor of the launches above still holds resources. Asked from a process
+    of its own: a ray.init() here would leave Ray's client threads in this test process."""
+    script = (
+        "import sys, time, ray\n"
+        f"ray.init(address={ray_cluster.address!r}, log_to_driver=False)\n"
+        "deadline = time.monotonic() + 30\n"
+        "while ray.available_resources().get('CPU', 0) < 2 and time.monotonic() < deadline:\n"
+        "    time.sleep(0.5)\n"
+        "print('CPU', ray.available_resources().get('CPU'))\n"
+        "ray.shutdown()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "CPU 2.0" in done.stdout.splitlines(), done.stdout + done.stderr[-3000:]
 
 
 def _wait_for_pids(folder, handle=None, timeout: float = 180.0) -> None:

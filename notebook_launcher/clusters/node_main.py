@@ -20,7 +20,7 @@ import struct
 import sys
 import threading
 import traceback
-from typing import IO, Any, BinaryIO
+from typing import IO, Any
 
 import cloudpickle
 
@@ -28,7 +28,7 @@ import cloudpickle
 class FrameWriter:
     """Length-prefixed frames on a private copy of stdout, safe to call from several threads."""
 
-    def __init__(self, stream: BinaryIO) -> None:
+    def __init__(self, stream: IO[bytes]) -> None:
         self.stream = stream
         self.lock = threading.Lock()
 
