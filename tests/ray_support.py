@@ -10,8 +10,8 @@ aborts the raylet with or without them), and that agent is a Python process that
 import. We pass the agent's port ourselves, so we write that file for the raylet as soon as the
 session exists (the agent then listens on that same port). The cluster starts once for the Ray
 tests, which run one after the other (the `ray_cluster` fixture); a start that fails skips with
-Ray's words, without a retry. After the last of them conftest stops it and asks `leftover_processes()`: a process of that cluster
-still running fails that test's teardown.
+Ray's words, without a retry. After the last of them conftest stops it and asks
+`leftover_processes()`: a process of that cluster still running fails that test's teardown.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ import textwrap
 
 import psutil
 import pytest
+from kernel_session import code_cell, execute_notebook, new_notebook
 from test_launch_kernel_errors import DEFINE as FAILING  # the same failing function as there
 
 pytestmark = pytest.mark.slow
@@ -42,15 +43,9 @@ DEFINE = textwrap.dedent(
 
 
 def _run_notebook(cells, tmp_path, timeout=180):
-    import nbformat  # here, not at collection, which every xdist worker does (nbformat.v4: ~1.7 s)
-    from nbclient import NotebookClient
-
-    nb = nbformat.v4.new_notebook()
+    nb = new_notebook([code_cell(src) for src in cells])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell(src) for src in cells]
-    NotebookClient(
-        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    ).execute()
+    execute_notebook(nb, tmp_path, timeout)
     return nb
 
 
@@ -90,17 +85,15 @@ def test_cuda_initialised_kernel_switches_to_the_warm_pool_and_says_so(tmp_path)
 
 
 def test_explicit_fork_on_a_cuda_kernel_is_a_clear_error(tmp_path):
-    import nbformat
     from nbclient import NotebookClient
 
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [
-        nbformat.v4.new_code_cell(DEFINE),
-        nbformat.v4.new_code_cell(
-            "import notebook_launcher.system.hardware as hw; hw.cuda_initialized = lambda: True"
-        ),
-        nbformat.v4.new_code_cell("notebook_launch(train, args=(1,), num_processes=2, start_method='fork')"),
-    ]
+    nb = new_notebook(
+        [
+            code_cell(DEFINE),
+            code_cell("import notebook_launcher.system.hardware as hw; hw.cuda_initialized = lambda: True"),
+            code_cell("notebook_launch(train, args=(1,), num_processes=2, start_method='fork')"),
+        ]
+    )
     client = NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True)
     client.execute()
     errors = [o for o in nb.cells[2].outputs if o.output_type == "error"]

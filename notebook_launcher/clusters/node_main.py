@@ -48,7 +48,8 @@ def read_frame(stream: IO[bytes]) -> tuple[str, Any] | None:
     return pickle.loads(stream.read(size))
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when the thread that started it ends (PR_SET_PDEATHSIG)."""
     try:
         import ctypes
 
@@ -61,7 +62,7 @@ def main() -> None:
     frames_fd = os.dup(1)
     os.dup2(2, 1)  # stray prints go to stderr, never into the frames
     send = FrameWriter(os.fdopen(frames_fd, "wb"))
-    _die_with_parent()
+    die_with_parent()
     job = pickle.loads(sys.stdin.buffer.read())
     try:
         from .node import NodeRun

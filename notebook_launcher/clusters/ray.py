@@ -74,6 +74,7 @@ class RayBackend:
     def __init__(self, cluster: RayCluster) -> None:
         self.cluster = cluster
         self.process: subprocess.Popen[bytes] | None = None
+        self.write: FrameWriter | None = None  # frames to the driver's stdin
 
     def start(self, job: NodeJob, say: Callable[[str], None]) -> None:
         _check_ray_installed()
@@ -83,6 +84,8 @@ class RayBackend:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
+        assert self.process.stdin is not None
+        self.write = FrameWriter(self.process.stdin)
         self._send("start", (cluster, job))
         while True:
             kind, value = self._answer("starting the launch on Ray")
@@ -106,8 +109,9 @@ class RayBackend:
         if process is None:
             return
         try:
-            self._write(process, "close")
+            self._send("close", None)
         finally:
+            self.write = None
             assert process.stdin is not None and process.stdout is not None
             process.stdin.close()
             try:
@@ -118,14 +122,10 @@ class RayBackend:
             process.stdout.close()
 
     def _send(self, kind: str, value: Any) -> None:
-        if self.process is not None:
-            self._write(self.process, kind, value)
-
-    @staticmethod
-    def _write(process: subprocess.Popen[bytes], kind: str, value: Any = None) -> None:
-        assert process.stdin is not None
+        if self.write is None:
+            return
         try:
-            FrameWriter(process.stdin)(kind, value)
+            self.write(kind, value)
         except (BrokenPipeError, ValueError):  # the driver ended; _answer (or close) says how
             pass
 
@@ -136,7 +136,7 @@ class RayBackend:
             code = self.process.wait()
             raise RuntimeError(
                 f"The Ray driver process (python -m notebook_launcher.clusters.ray_driver) ended while {doing}, "
-                f"exit code {code}; what it printed is in the kernel's log (stderr)."
+                f"exit code {code}; anything it printed went to the kernel's stderr."
             )
         kind, value = frame
         if kind == "error":

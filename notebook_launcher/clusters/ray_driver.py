@@ -27,7 +27,7 @@ from typing import Any
 
 from .driver import crashed_outcome
 from .node import NodeJob, NodeOutcome
-from .node_main import FrameWriter, read_frame
+from .node_main import FrameWriter, die_with_parent, read_frame
 
 DRAIN_TIMEOUT_SECONDS = 60.0
 
@@ -166,15 +166,6 @@ def _picklable(exc: BaseException) -> BaseException:
         return RuntimeError(f"{type(exc).__module__}.{type(exc).__name__}: {exc}")
 
 
-def _die_with_parent() -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def serve(commands: Any, send: Callable[[str, Any], None]) -> None:
     """Answer the kernel's commands until it says close or its end of the pipe is gone."""
     driver: RayDriver | None = None
@@ -205,7 +196,7 @@ def main() -> None:
     frames_fd = os.dup(1)
     os.dup2(2, 1)  # stray prints (Ray's) go to stderr, never into the frames
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches the kernel, which says stop
-    _die_with_parent()
+    die_with_parent()
     serve(sys.stdin.buffer, FrameWriter(os.fdopen(frames_fd, "wb")))
     sys.stdout.flush()
     os._exit(0)  # ray.shutdown() ran in close(); nothing else to tear down
