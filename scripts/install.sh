@@ -97,10 +97,12 @@ say "installing notebook_launcher[test,docs] (editable) and what its tests need"
 # DeepSpeed JIT-compiles two CPU ops on first use (~3 min); build them once here, not inside a test.
 # They are cached in ~/.cache/torch_extensions. With the venv's bin first in PATH, as the suite has it
 # (tests/conftest.py): ninja keeps the build only for the ninja that made it (the venv's pip ninja 1.13
-# and Debian's 1.11 log a command's hash differently), so a build by the other one is redone in a test.
+# writes its log as v7, Debian's 1.11 as v5, and 1.13 starts over on a v5 log), so a build by the other
+# one is redone in a test. The path is absolute: torch runs ninja from the build folder, where a
+# relative .venv/bin finds nothing and Debian's /usr/bin/ninja builds instead.
 if command -v g++ >/dev/null 2>&1 && [ -e "$HEADERS" ]; then
     say "compiling DeepSpeed's two CPU ops once (~3 min on 2 cores; cached in ~/.cache/torch_extensions)"
-    PATH="$(dirname "$VPY"):$PATH" DS_ACCELERATOR=cpu "$VPY" -c "from deepspeed.accelerator import get_accelerator as a; \
+    PATH="$(cd "$(dirname "$VPY")" && pwd):$PATH" DS_ACCELERATOR=cpu "$VPY" -c "from deepspeed.accelerator import get_accelerator as a; \
 [a().create_op_builder(n).load() for n in ('ShareMemCommBuilder', 'CPUAdamBuilder')]" >/dev/null
 fi
 say "done: $("$VPY" -c 'import notebook_launcher, torch; print("notebook_launcher", notebook_launcher.__version__, "torch", torch.__version__)') in $VENV"

@@ -146,6 +146,43 @@ def test_a_killed_kernel_takes_its_ray_ranks_with_it(ray_cluster, tmp_path):
         session.km.shutdown_kernel(now=True)
 
 
+def test_a_killed_ray_driver_fails_the_launch_with_its_cause_and_leaves_nothing(where, tmp_path):
+    """The launch's Ray driver process dies (SIGKILL: an OOM killer): the launch raises, naming that
+    process, what it was doing and its exit status, instead of waiting forever; Ray ends the driver's
+    actors, and with them the ranks."""
+    handle = start_launch(
+        run_forever, kwargs={"folder": str(tmp_path)}, num_processes=2, cluster=where, quiet=True
+    )
+    _wait_for_pids(tmp_path, handle)
+    drivers = [pid for pid in _children() if b"notebook_launcher.clusters.ray_driver" in _cmdline(pid)]
+    assert len(drivers) == 1, drivers
+    os.kill(drivers[0], signal.SIGKILL)
+    with pytest.raises(RuntimeError, match=r"Ray driver process .* ended while .* exit code -9"):
+        handle.wait(120)
+    assert alive(recorded_pids(str(tmp_path)), wait=30) == set()
+
+
+def _children() -> list[int]:
+    me = os.getpid()
+    return [
+        int(child) for task in Path(f"/proc/{me}/task").iterdir() for child in _task_children(me, task.name)
+    ]
+
+
+def _task_children(pid: int, task: str) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/task/{task}/children").read_text().split()
+    except OSError:
+        return []
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def test_the_cluster_has_all_its_cpus_back(ray_cluster):
     """No placement group or actor of the launches above still holds resources. Asked from a process
     of its own: a ray.init() here would leave Ray's client threads in this test process."""

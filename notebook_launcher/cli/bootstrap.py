@@ -19,7 +19,6 @@ exits with status 1, exactly like an uncaught exception in `python script.py`.
 from __future__ import annotations
 
 import atexit
-import ctypes
 import json
 import os
 import runpy
@@ -30,10 +29,10 @@ import time
 import traceback
 
 from ..records.names import LAUNCHER_PID_ENV
+from ..system.parent_death import die_with_parent
 
 USAGE = "usage: python -m notebook_launcher.cli.bootstrap {script,module} TARGET [ARGS...]"
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
-_PR_SET_PDEATHSIG = 1
 _OWN_FILES = {os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>"}
 
 
@@ -46,11 +45,7 @@ def die_with_launcher() -> None:
     before the signal was armed, the parent is no longer the launcher's pid: end right away.
     """
     expected = os.environ.pop(LAUNCHER_PID_ENV, None)  # the script's own children must not see it
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
+    if not die_with_parent():
         return
     if expected is not None and os.getppid() != int(expected):
         os.kill(os.getpid(), signal.SIGKILL)

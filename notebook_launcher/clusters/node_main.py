@@ -24,6 +24,8 @@ from typing import IO, Any
 
 import cloudpickle
 
+from ..system.parent_death import die_with_parent
+
 
 class FrameWriter:
     """Length-prefixed frames on a private copy of stdout, safe to call from several threads."""
@@ -46,16 +48,6 @@ def read_frame(stream: IO[bytes]) -> tuple[str, Any] | None:
         return None
     (size,) = struct.unpack("!Q", header)
     return pickle.loads(stream.read(size))
-
-
-def die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when the thread that started it ends (PR_SET_PDEATHSIG)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def main() -> None:

@@ -113,7 +113,10 @@ class RayBackend:
         finally:
             self.write = None
             assert process.stdin is not None and process.stdout is not None
-            process.stdin.close()
+            try:
+                process.stdin.close()
+            except BrokenPipeError:  # the driver died: what was still buffered for it has no reader
+                pass
             try:
                 process.wait(CLOSE_SECONDS)
             except subprocess.TimeoutExpired:

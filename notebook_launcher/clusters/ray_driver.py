@@ -25,9 +25,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from ..system.parent_death import die_with_parent
 from .driver import crashed_outcome
 from .node import NodeJob, NodeOutcome
-from .node_main import FrameWriter, die_with_parent, read_frame
+from .node_main import FrameWriter, read_frame
 
 DRAIN_TIMEOUT_SECONDS = 60.0
 

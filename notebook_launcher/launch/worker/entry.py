@@ -6,7 +6,6 @@ must be in place before torch loads.
 
 from __future__ import annotations
 
-import ctypes
 import io
 import os
 import signal
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from ...system.parent_death import die_with_parent
 from ...system.signals import STACK_DUMP_SIGNAL
 
 # The launcher asks a hung worker where it is stuck (faulthandler): system/signals.py.
@@ -55,17 +55,6 @@ def _lead_own_process_group() -> None:
     try:
         os.setpgid(0, 0)
     except OSError:  # already a group leader (cannot happen for a fresh child), or not permitted
-        pass
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this worker if the notebook kernel dies, so no orphan keeps a GPU."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
         pass
 
 
@@ -116,7 +105,7 @@ def prepare_process(out_conn: Connection, err_conn: Connection) -> None:
     from the kernel, a stack dump on request."""
     _lead_own_process_group()
     _redirect_output(out_conn, err_conn)
-    _die_with_parent()
+    die_with_parent()  # the kernel dies: so does this worker, and no orphan keeps a GPU
     _let_go_of_the_forkserver()
     _reset_inherited_state()
     from . import detach
