@@ -94,6 +94,7 @@ def playwright():
 # of its tests; seconds to minutes each), besides the tests marked slow by hand (> ~20 s each).
 FAST_FILES = {
     "test_architecture.py",  # the house: import rules, module sizes
+    "test_slurm_scripts.py",  # scripts/slurm/: stop.sh waits for the daemons to end
     "test_packaging.py",  # declared dependencies, the version (its venv test is slow)
     "test_binder.py",
     "test_migration_doc.py",

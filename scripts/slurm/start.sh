@@ -103,11 +103,10 @@ else
     CHANGED=0
 fi
 
-running() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+source "$(dirname "$0")/daemons.sh"  # running, stop_daemon
 if [ "$CHANGED" = 1 ]; then  # a new config needs fresh daemons
-    for pidfile in /run/slurmd.pid /run/slurmctld.pid; do
-        if running "$pidfile"; then kill "$(cat "$pidfile")"; sleep 1; fi
-    done
+    stop_daemon /run/slurmd.pid
+    stop_daemon /run/slurmctld.pid
 fi
 if ! running /run/slurmctld.pid; then
     say "starting slurmctld"
@@ -119,8 +118,14 @@ if ! running /run/slurmd.pid; then
 fi
 
 # ---- wait until the node takes jobs
-for _ in $(seq 60); do
-    state=$(sinfo -h -n "$HOST" -o %T 2>/dev/null | head -1 || true)
+waited_from=$SECONDS  # sinfo itself can wait ~10 s for a controller that does not answer: a deadline, not a count
+while [ $((SECONDS - waited_from)) -lt 60 ]; do
+    if [ $((SECONDS - waited_from)) -ge 10 ] && ! running /run/slurmctld.pid; then  # 10 s: its pid file is written
+        fail "slurmctld is not running.
+--- slurmctld.log ---
+$(tail -15 "$LOG_DIR/slurmctld.log" 2>/dev/null; tail -5 "$LOG_DIR/slurmctld.start.err" 2>/dev/null)"
+    fi
+    state=$(timeout 10 sinfo -h -n "$HOST" -o %T 2>/dev/null | head -1 || true)
     case "$state" in
         idle*|mixed*|allocated*|completing*) say "SLURM is up: node $HOST is $state in partition $PARTITION"; exit 0 ;;
         down*|drain*) scontrol update nodename="$HOST" state=resume >/dev/null 2>&1 || true ;;

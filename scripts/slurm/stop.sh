@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# Stop the local SLURM that scripts/slurm/start.sh started (slurmd, slurmctld; munged with --all).
+# Stop the local SLURM that scripts/slurm/start.sh started (slurmd, slurmctld; munged with --all),
+# and return once they have ended (scripts/slurm/daemons.sh).
 set -uo pipefail
-for pidfile in /run/slurmd.pid /run/slurmctld.pid; do
-    if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
-        kill "$(cat "$pidfile")"
-    fi
-done
-if [ "${1:-}" = "--all" ] && [ -f /run/munge/munged.pid ]; then
-    kill "$(cat /run/munge/munged.pid)" 2>/dev/null || true
+source "$(dirname "$0")/daemons.sh"
+stop_daemon /run/slurmd.pid
+stop_daemon /run/slurmctld.pid
+if [ "${1:-}" = "--all" ]; then
+    stop_daemon /run/munge/munged.pid
 fi
 echo "scripts/slurm/stop.sh: stopped"
