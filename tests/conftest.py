@@ -54,12 +54,11 @@ def _no_leftover_children():
         pool.release_warm_pool()
     import time
 
+    from live_processes import live_children
+
     deadline = time.monotonic() + 5
     while True:
-        extra = [
-            p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.is_running()
-        ]
-        extra = [p for p in extra if p.status() != psutil.STATUS_ZOMBIE]
+        extra = [p for p in live_children() if p.pid not in before]
         if not extra or time.monotonic() > deadline:
             break
         time.sleep(0.1)

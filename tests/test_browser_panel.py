@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from browser_support import ARTIFACTS, BROWSER_TEST, JUPYTERLAB_ONLY
 from browser_support import jupyterlab as jl
+from live_processes import is_live, live_children
 
 pytestmark = BROWSER_TEST
 
@@ -191,12 +192,12 @@ def page(tab, lab):
 
 def worker_processes(psutil, notebook_dir: Path) -> list:
     kernel = psutil.Process(int((notebook_dir / "kernel_pid.txt").read_text()))
-    return [p for p in kernel.children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+    return live_children(kernel)
 
 
 def wait_gone(psutil, workers: list, seconds: float = 15) -> None:
     deadline = time.monotonic() + seconds
-    while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in workers):
+    while any(is_live(p) for p in workers):
         assert time.monotonic() < deadline, f"workers still running after Stop: {workers}"
         time.sleep(0.1)
 

@@ -8,6 +8,7 @@ import signal
 import time
 from types import SimpleNamespace
 
+from live_processes import pid_is_live
 from test_cli_helpers import cli_env, explain, finish, start_cli
 
 from notebook_launcher.cli.flags import FLAGS, launch_parser
@@ -151,8 +152,7 @@ def test_ctrl_c_stops_every_worker_and_exits_130(tmp_path):
     result = finish(proc, timeout=60)
     assert result.returncode == 130, explain(result)
     assert "stopped by SIGINT; workers were shut down" in result.stderr
-    import psutil
 
     for pid_file in tmp_path.glob("pid*"):
         pid = int(pid_file.read_text())
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        assert not pid_is_live(pid)

@@ -12,6 +12,7 @@ import time
 import psutil
 import pytest
 from kernel_session import KernelSession
+from live_processes import live_children, pid_is_live
 
 pytestmark = pytest.mark.slow
 
@@ -56,18 +57,15 @@ def _check(run, *expected: str) -> None:
 
 def _children(pid: int) -> list[psutil.Process]:
     try:
-        kids = psutil.Process(pid).children(recursive=True)
+        return live_children(psutil.Process(pid))
     except psutil.NoSuchProcess:
         return []
-    return [p for p in kids if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
 def _wait_gone(pids: list[int], seconds: float = 15) -> list[int]:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        alive = [
-            p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-        ]
+        alive = [p for p in pids if pid_is_live(p)]
         if not alive:
             return []
         time.sleep(0.1)

@@ -13,6 +13,7 @@ import time
 
 import psutil
 import pytest
+from live_processes import live_children
 
 from notebook_launcher import notebook_launch
 from notebook_launcher.errors import ConfigError
@@ -76,7 +77,7 @@ def _one_stalled_start(clean: float) -> float:
 
 
 def _children() -> list[psutil.Process]:
-    return [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+    return live_children()
 
 
 def test_a_start_whose_process_group_never_forms_is_started_again(tmp_path, monkeypatch, capfd):

@@ -12,6 +12,7 @@ import time
 
 import psutil
 import pytest
+from live_processes import live_children, pid_is_live
 
 from notebook_launcher import WorkerError, notebook_launch
 from notebook_launcher.launch.warm import pool as pool_module
@@ -105,7 +106,7 @@ def test_two_warm_launches_with_different_settings_each_see_their_own(tmp_path, 
 
 
 def _pool_processes() -> list[psutil.Process]:
-    return [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+    return live_children()
 
 
 def _wait_no_pool(seconds: float = 15) -> None:
@@ -194,8 +195,6 @@ def test_the_pool_ends_with_its_process(tmp_path, how):
     deadline = time.monotonic() + 15
     alive = pids
     while alive and time.monotonic() < deadline:
-        alive = [
-            p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-        ]
+        alive = [p for p in pids if pid_is_live(p)]
         time.sleep(0.1)
     assert alive == [], f"pool processes outlived their parent ({how})"

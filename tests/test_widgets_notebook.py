@@ -136,7 +136,12 @@ try:
     stopped = None
 except LaunchStopped:
     stopped = "LaunchStopped"
-alive = [pid for pid in worker_pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+def live(pid):  # a worker can end between the two looks: gone, not an error
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+alive = [pid for pid in worker_pids if live(pid)]
 print("FACTS " + json.dumps({
     "failed": failed, "failed_status": failed_status, "failed_pane": failed_pane,
     "stopped": stopped, "stop_status": panel.view.status.value, "workers_seen": len(worker_pids),
