@@ -7,8 +7,8 @@ import json
 import socket
 import time
 
-import psutil
 import pytest
+from live_processes import pid_is_live
 from test_cli_helpers import cli_env, explain, run_cli
 
 from notebook_launcher.config import load_config
@@ -194,16 +194,9 @@ def test_failing_rank_is_named_with_its_traceback_and_no_worker_survives(tmp_pat
     assert "rank 0 was stopped by the launcher after rank 1 failed." in summary
     pids = [int((tmp_path / f"pid{rank}").read_text()) for rank in (0, 1)]
     deadline = time.monotonic() + 5
-    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+    while any(pid_is_live(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(_alive(pid) for pid in pids), "a worker outlived the launcher"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+    assert not any(pid_is_live(pid) for pid in pids), "a worker outlived the launcher"
 
 
 SEED_FSDP_YAML = """\

@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-import psutil
+from live_processes import pid_is_live
 from test_cli_helpers import cli_env, start_cli
 
 SLEEPER = """
@@ -18,13 +18,6 @@ with open(path + ".tmp", "w") as fp:
 os.rename(path + ".tmp", path)
 time.sleep(120)
 """
-
-
-def _running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def test_workers_die_when_the_launcher_is_killed(tmp_path):
@@ -44,9 +37,9 @@ def test_workers_die_when_the_launcher_is_killed(tmp_path):
         os.kill(launcher.pid, signal.SIGKILL)
         launcher.communicate(timeout=30)
         deadline = time.monotonic() + 10
-        while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+        while any(pid_is_live(pid) for pid in pids) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not [pid for pid in pids if _running(pid)], "a worker outlived its killed launcher"
+        assert not [pid for pid in pids if pid_is_live(pid)], "a worker outlived its killed launcher"
     finally:
         for pid in pids:  # without the fix they would run on for two minutes
             try:

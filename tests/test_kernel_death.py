@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 from kernel_session import KernelSession
+from live_processes import is_live
 
 pytestmark = pytest.mark.slow  # real kernels and real workers (~20 s per test)
 
@@ -57,13 +58,6 @@ def _descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
-def _alive(process: psutil.Process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def _started(path: str, cwd: Path) -> tuple[KernelSession, list[psutil.Process]]:
     """A kernel running `path` with both ranks busy, and every process it started."""
     cwd.mkdir()
@@ -98,7 +92,7 @@ def _survivors(cases: dict[str, tuple[KernelSession, list[psutil.Process]]]) -> 
     left: dict[str, list[str]] = {}
     while True:
         left = {
-            name: [f"{p.pid} {' '.join(p.cmdline()[:4])}" for p in processes if _alive(p)]
+            name: [f"{p.pid} {' '.join(p.cmdline()[:4])}" for p in processes if is_live(p)]
             for name, (_, processes) in cases.items()
         }
         left = {name: pids for name, pids in left.items() if pids}

@@ -8,8 +8,8 @@ import subprocess
 import time
 import warnings
 
-import psutil
 import pytest
+from live_processes import pid_is_live
 
 from notebook_launcher import LaunchStopped, LaunchTimeout, WorkerError, notebook_launch, start_launch
 from notebook_launcher.launch.supervise.processes import Worker, kill_and_reap
@@ -45,18 +45,11 @@ def _grandchildren(directory) -> list[int]:
     return [int(pid) for path in directory.glob("rank*.pids") for pid in path.read_text().split()]
 
 
-def _running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def _wait_gone(pids: list[int], seconds: float = 5.0) -> list[int]:
     deadline = time.monotonic() + seconds
-    while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+    while any(pid_is_live(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return [pid for pid in pids if _running(pid)]
+    return [pid for pid in pids if pid_is_live(pid)]
 
 
 def _stop_when_started(handle, directory) -> None:

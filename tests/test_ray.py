@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 from cluster_trainers import (
@@ -25,6 +26,7 @@ from cluster_trainers import (
     run_forever,
 )
 from kernel_session import KernelSession
+from live_processes import live_children
 from ray_support import shared_ray_cluster  # noqa: F401  (fixture `ray_cluster`: one Ray cluster for the Ray tests)
 
 from notebook_launcher import LaunchStopped, RayCluster, notebook_launch, start_launch
@@ -154,7 +156,7 @@ def test_a_killed_ray_driver_fails_the_launch_with_its_cause_and_leaves_nothing(
         run_forever, kwargs={"folder": str(tmp_path)}, num_processes=2, cluster=where, quiet=True
     )
     _wait_for_pids(tmp_path, handle)
-    drivers = [pid for pid in _children() if b"notebook_launcher.clusters.ray_driver" in _cmdline(pid)]
+    drivers = [p.pid for p in live_children() if "notebook_launcher.clusters.ray_driver" in _cmdline(p)]
     assert len(drivers) == 1, drivers
     os.kill(drivers[0], signal.SIGKILL)
     with pytest.raises(RuntimeError, match=r"Ray driver process .* ended while .* exit code -9"):
@@ -162,25 +164,11 @@ def test_a_killed_ray_driver_fails_the_launch_with_its_cause_and_leaves_nothing(
     assert alive(recorded_pids(str(tmp_path)), wait=30) == set()
 
 
-def _children() -> list[int]:
-    me = os.getpid()
-    return [
-        int(child) for task in Path(f"/proc/{me}/task").iterdir() for child in _task_children(me, task.name)
-    ]
-
-
-def _task_children(pid: int, task: str) -> list[str]:
+def _cmdline(process: psutil.Process) -> str:
     try:
-        return Path(f"/proc/{pid}/task/{task}/children").read_text().split()
-    except OSError:
-        return []
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
+        return " ".join(process.cmdline())
+    except psutil.NoSuchProcess:
+        return ""  # ended meanwhile
 
 
 def test_the_cluster_has_all_its_cpus_back(ray_cluster):

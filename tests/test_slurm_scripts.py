@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from live_processes import pid_is_live
+
 DAEMONS = Path(__file__).resolve().parent.parent / "scripts" / "slurm" / "daemons.sh"
 # A process that ends 1 s after SIGTERM, started through a parent that exits at once (as a daemon
 # forks away from its starter), so that init reaps it; it writes its pid file as slurmctld does.
@@ -28,14 +30,6 @@ SLOW_TO_STOP = (
     "while True:\n"
     "    time.sleep(0.1)\n"
 )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def _start_daemon(pid_file: Path) -> int:
@@ -60,11 +54,11 @@ def test_stop_daemon_returns_only_once_the_daemon_has_ended(tmp_path):
         assert _bash(f"running {pid_file}").returncode == 0
         done = _bash(f"stop_daemon {pid_file}")
         assert done.returncode == 0, done.stderr
-        assert not _alive(pid), "stop_daemon returned while the daemon was still ending"
+        assert not pid_is_live(pid), "stop_daemon returned while the daemon was still ending"
         assert _bash(f"running {pid_file}").returncode != 0
         assert "did not end" not in done.stderr  # it ended on SIGTERM, no SIGKILL needed
     finally:
-        if _alive(pid):
+        if pid_is_live(pid):
             os.kill(pid, 9)
 
 

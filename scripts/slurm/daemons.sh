@@ -6,20 +6,23 @@
 # running PIDFILE: the daemon of PIDFILE is alive
 running() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
+# ended PID TENTHS: wait up to TENTHS tenths of a second for PID to end; non-zero if it has not
+ended() {
+    for _ in $(seq "$2"); do
+        kill -0 "$1" 2>/dev/null || return 0
+        sleep 0.1
+    done
+    ! kill -0 "$1" 2>/dev/null
+}
+
 # stop_daemon PIDFILE: SIGTERM, wait up to 30 s for the process to end, then SIGKILL and wait again
 stop_daemon() {
     local pid
     running "$1" || return 0
     pid=$(cat "$1")
     kill "$pid" 2>/dev/null || return 0
-    for _ in $(seq 300); do
-        kill -0 "$pid" 2>/dev/null || return 0
-        sleep 0.1
-    done
+    ended "$pid" 300 && return 0
     echo "scripts/slurm: $(cat "/proc/$pid/comm" 2>/dev/null || echo "pid $pid") did not end within 30 s of SIGTERM: SIGKILL" >&2
     kill -9 "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do
-        kill -0 "$pid" 2>/dev/null || return 0
-        sleep 0.1
-    done
+    ended "$pid" 50 || true
 }
