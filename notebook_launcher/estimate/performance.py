@@ -14,8 +14,10 @@ from typing import Any
 # rank keeps its figures (rank<N>.json); "1" switches the step clock on in a plain script, "0" off
 # (it is on by default inside notebook_launch, where the launcher reads it).
 PARTS = ("data", "compute", "wait")
-STRAGGLER_WAIT_SHARE = 0.15  # the other ranks wait at least this share of a step...
-STRAGGLER_WAIT_RATIO = 0.5  # ...and the straggler itself at most half their mean wait
+# The other ranks wait for the late one at least this share of a step: their mean wait less the late
+# rank's own. Every rank pays the collective itself (a slow network, a loaded machine stretch it for
+# all), and the late rank pays only that; what the others wait beyond it is the time they wait for it.
+STRAGGLER_WAIT_SHARE = 0.15
 INPUT_BOUND_SHARE = 0.5  # every rank waits for its data at least half of each step
 COMM_BOUND_SHARE = 0.3  # every rank waits for the others at least this share, nobody is late
 # A launch prints the verdict only for a run whose pace matters and whose steps were measured well:
@@ -121,12 +123,13 @@ class PerformanceReport:
         if len(self.ranks) < 2:
             return None
         late = min(self.ranks, key=lambda r: r.wait_ms)  # the one the others wait for waits least
-        others = [r for r in self.ranks if r is not late]
-        their_wait = sum(r.wait_ms for r in others) / len(others)
         step = sum(r.step_ms for r in self.ranks) / len(self.ranks)
-        if their_wait >= STRAGGLER_WAIT_SHARE * step and late.wait_ms <= STRAGGLER_WAIT_RATIO * their_wait:
-            return late
-        return None
+        return late if self._waiting_for(late) >= STRAGGLER_WAIT_SHARE * step else None
+
+    def _waiting_for(self, late: RankSteps) -> float:
+        """How long per step the other ranks wait for `late`, beyond the collectives' own time."""
+        others = [r for r in self.ranks if r is not late]
+        return sum(r.wait_ms for r in others) / len(others) - late.wait_ms
 
     def _verdict(self) -> tuple[str, str]:
         if not self.ranks:
@@ -134,7 +137,7 @@ class PerformanceReport:
         late = self._straggler()
         if late is not None:
             others = [r for r in self.ranks if r is not late]
-            wait_share = sum(r.share("wait") for r in others) / len(others)
+            wait_share = self._waiting_for(late) / (sum(r.step_ms for r in others) / len(others))
             causes = {  # how much longer than the others' mean each part takes on the late rank
                 part: getattr(late, f"{part}_ms")
                 - sum(getattr(r, f"{part}_ms") for r in others) / len(others)
