@@ -221,6 +221,19 @@ def pytest_runtest_logreport(report):
 def pytest_configure(config):
     global _IS_XDIST_WORKER
     _IS_XDIST_WORKER = hasattr(config, "workerinput")
+    if not _IS_XDIST_WORKER:
+        _compile_the_package_once()
+
+
+def _compile_the_package_once() -> None:
+    """Write the package's bytecode before any test runs, as pip or a first import does on a user's
+    machine. Where PYTHONDONTWRITEBYTECODE is set (this project's machines) no process writes it, so
+    each fresh interpreter the suite starts (kernels, spawn and CLI ranks, Ray and SLURM workers)
+    compiled the ~150 modules it imports again: 0.1-0.2 s of CPU each, hundreds of times a run."""
+    import compileall
+
+    for folder in ("notebook_launcher", "tests", "benchmarks"):
+        compileall.compile_dir(str(ROOT / folder), quiet=1, workers=1)
 
 
 @pytest.hookimpl(hookwrapper=True)
