@@ -102,6 +102,7 @@ FAST_FILES = {
     "test_sharding_config.py",
     "test_cluster_config.py",  # clusters/ (settings, refusals)
     "test_network.py",  # system/
+    "test_signal_delivery.py",  # system/: a stack dump is whole once its handler has returned
     "test_environments.py",  # runtime/world: which world a script runs in
     "test_estimate_memory.py",  # estimate/
     "test_cli_units.py",  # cli/

@@ -8,14 +8,16 @@ import re
 import time
 from collections.abc import Sequence
 
+from ...system.signal_delivery import SignalDelivery
+from ...system.signals import STACK_DUMP_SIGNAL
 from ..worker import entry as _worker_module
 from ..worker import memory_sampler as _sampler_module
 from .processes import Worker
 
 _FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+) in (?P<func>.+)$')
 DUMP_HEADER = "(most recent call first):"  # faulthandler's first line for each thread
-QUIET_SECONDS = 0.1  # faulthandler writes a dump in one go; this long without output means it is done
-MAX_WAIT_SECONDS = 1.0
+QUIET_SECONDS = 0.1  # where /proc cannot tell: this long without output after the header means done
+MAX_WAIT_SECONDS = 5.0  # for a rank that cannot run its handler (stopped, or stuck in the kernel)
 _WORKER_FILE = _worker_module.__file__
 _ENTRY_FRAMES = ("run_prepared", "run_worker")
 _SAMPLER_FILE = _sampler_module.__file__  # the launcher's own thread in each worker
@@ -27,15 +29,18 @@ class StackDump:
     output lines belong to it, and whether every dump is complete.
 
     faulthandler prints from its C signal handler, so a dump arrives even from a rank stuck inside a
-    collective, but it marks no end: a dump counts as complete once its header has arrived and the
-    worker's stderr has been quiet for QUIET_SECONDS, or the worker has exited; MAX_WAIT_SECONDS at
-    most (a rank that floods stderr is never quiet). Lines arriving later still count (everything
-    after the mark is the dump), so a late line is never lost, only not waited for.
+    collective, but it marks no end. A dump is complete once the worker's handler has returned
+    (system/signal_delivery.py reads that from /proc) and its stderr pipe has been read to the end,
+    or once the worker has exited. Where /proc cannot tell: once its header has arrived and stderr
+    has been quiet for QUIET_SECONDS, which a writer descheduled mid-dump on a busy machine can
+    fake (CI saw a report cut after its first frame). MAX_WAIT_SECONDS at most. Create it before
+    sending the signals: it notes which threads block the signal beforehand.
     """
 
     def __init__(self, workers: Sequence[Worker]) -> None:
         self.workers = list(workers)
         self.marks = {w.rank: len(w.lines) for w in self.workers}
+        self.deliveries = {w.rank: SignalDelivery(w.process.pid, STACK_DUMP_SIGNAL) for w in self.workers}
         self.asked_at = time.monotonic()
 
     def complete(self) -> bool:
@@ -45,8 +50,11 @@ class StackDump:
         return all(self._arrived(w, now) for w in self.workers)
 
     def _arrived(self, worker: Worker, now: float) -> bool:
-        if worker.exited:
+        if not worker.alive:  # exited: whatever it wrote is in its pipe (a zombie handles nothing)
             return True
+        handled = self.deliveries[worker.rank].handled()
+        if handled is not None:
+            return handled and (worker.err.closed or not worker.err.poll(0))
         since = itertools.islice(worker.lines, self.marks[worker.rank], None)
         dumped = any(DUMP_HEADER in line for line in since)
         return dumped and now - worker.last_stderr >= QUIET_SECONDS
