@@ -58,9 +58,8 @@ def _train(slow_data_rank=None, slow_compute_rank=None, forward_sleep=0.01, step
 
         def forward(self, x):
             rank = int(__import__("os").environ["RANK"])
-            time.sleep(
-                forward_sleep + (straggle if rank == slow_compute_rank else 0)
-            )  # stands in for compute
+            # stands in for compute
+            time.sleep(forward_sleep + (straggle if rank == slow_compute_rank else 0))
             return self.layer(x)
 
     accelerator = Accelerator()
@@ -211,10 +210,8 @@ def _rank(rank, step, data, compute, wait):
         ([_rank(0, 100, 5, 50, 45), _rank(1, 100, 5, 50, 2)], "code straggler"),  # 43 ms of its own code
         # CI's loaded machine: the all-reduce itself took 50 ms on both ranks, and rank 0 waited 29 ms more
         ([_rank(0, 99, 1, 19, 79), _rank(1, 99, 1, 47, 50)], "compute straggler"),
-        (
-            [_rank(0, 100, 5, 45, 50), _rank(1, 100, 5, 53, 42)],
-            "communication-bound",
-        ),  # 8 ms apart: nobody late
+        # both wait about as long, 8 ms apart: nobody is late
+        ([_rank(0, 100, 5, 45, 50), _rank(1, 100, 5, 53, 42)], "communication-bound"),
         ([], "unmeasured"),
     ],
 )
