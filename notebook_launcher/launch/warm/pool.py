@@ -18,8 +18,9 @@ hands each of them its spec and the kernel's current state, and they run it as a
   last launch's workers until they are reaped. They hold no GPU and no port (each launch hosts
   its own rendezvous store).
 - Released by `release_warm_pool()`, after IDLE_SECONDS without a launch, and at interpreter exit
-  (kernel shutdown). If the kernel is killed, the forkserver sees its pipe close and exits, and
-  the waiting workers die with it (they ask Linux for that, as every worker does).
+  (kernel shutdown). If the kernel is killed, the forkserver sees its pipe close and exits at once
+  (server_exit.py), and the waiting workers die with it (they ask Linux for that, as every worker
+  does).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Any
 IDLE_SECONDS = 600.0
 MAX_WAITING = 16
 PRELOAD = ("notebook_launcher.launch.warm.preload",)  # torch, our runtime, a first LaunchConfig
+SERVER_EXIT = "notebook_launcher.launch.warm.server_exit"  # preloaded last: the server ends at once
 
 
 @dataclass
@@ -89,7 +91,7 @@ class WarmPool:
             helpers = (resource_tracker._resource_tracker, forkserver._forkserver)
             before = [_running(h) for h in helpers]
             if not before[1]:
-                self.context.set_forkserver_preload(list(PRELOAD) + _main_module())
+                self.context.set_forkserver_preload([*PRELOAD, *_main_module(), SERVER_EXIT])
             forkserver.ensure_running()
             self._owned_helpers += [
                 h for h, was in zip(helpers, before, strict=True) if not was and _running(h)

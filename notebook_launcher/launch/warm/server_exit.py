@@ -1,0 +1,36 @@
+"""How the warm pool's server ends: at once, without Python's teardown of what it loaded.
+
+The server leaves when its kernel goes (the kernel's end of its pipe closes: the kernel was killed,
+restarted or shut down, or released the pool), and its children, the waiting workers and a
+`%ranks` group's ranks, die only once it is gone (PR_SET_PDEATHSIG). A normal exit runs torch's
+atexit work (it unregisters each of its operator libraries one by one) and then tears every module
+down: with torch loaded that cost 2 s of CPU on our 2-core machine, and over 10 s on a loaded CI
+machine, while the ranks of a killed kernel went on running.
+
+Imported last of the server's preloads (pool.ensure_server), so that its atexit handler, registered
+last, runs first; importing it does the work, on purpose.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing.util
+import os
+import sys
+
+_SERVER_PID = os.getpid()
+
+
+def _exit_now() -> None:
+    if os.getpid() != _SERVER_PID:
+        return  # a worker forked from the server inherited the registration; it ends its own way
+    multiprocessing.util._exit_function()  # multiprocessing's own finalizers, which come after this
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+    os._exit(0)
+
+
+atexit.register(_exit_now)
