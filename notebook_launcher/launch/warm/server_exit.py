@@ -24,7 +24,9 @@ _SERVER_PID = os.getpid()
 def _exit_now() -> None:
     if os.getpid() != _SERVER_PID:
         return  # a worker forked from the server inherited the registration; it ends its own way
-    multiprocessing.util._exit_function()  # multiprocessing's own finalizers, which come after this
+    finalizers = getattr(multiprocessing.util, "_exit_function", None)  # registered before this one
+    if finalizers is not None:
+        finalizers()  # multiprocessing's own exit work, which would not run otherwise
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
