@@ -34,6 +34,7 @@ from ..launch.supervise.processes import Worker, kill_and_reap, signal_group, si
 from ..launch.worker import channel
 from ..launch.worker.standby import LaunchState
 from ..records.names import RUN_DIR_ENV
+from ..system.fork_lock import fork_lock
 from ..system.private_files import make_private_dir
 from . import protocol
 from .rank_process import serve_rank
@@ -163,7 +164,8 @@ class RankGroup:
                 rank = RankProcess(spec.rank, process, out_r, err_r, msg_r, cmd=cmd_w)
                 self.ranks.append(rank)
                 ends = [out_w, err_w, msg_w, cmd_r]  # the rest belongs to the rank now
-                process.start()
+                with fork_lock():  # not while another thread warms up: system/fork_lock.py
+                    process.start()
             finally:
                 for end in ends:
                     end.close()

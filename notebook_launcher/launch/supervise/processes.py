@@ -28,6 +28,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
+from ...system.fork_lock import fork_lock
 from ..worker.entry import WorkerSpec, run_worker
 
 MAX_LOG_LINES = 200_000
@@ -125,7 +126,8 @@ def start_worker(ctx: Any, spec: WorkerSpec, target: Any, into: list[Worker]) ->
         worker = Worker(spec.rank, process, out_r, err_r, msg_r)
         into.append(worker)
         ends = [out_w, err_w, msg_w]  # the read ends now belong to the worker
-        process.start()
+        with fork_lock():  # not while another thread warms up: system/fork_lock.py
+            process.start()
         # multiprocessing reaps every finished child it knows whenever any process starts (and in
         # is_alive()), which would free a worker's pid before our last signal to its group: forget it.
         multiprocessing.process._children.discard(process)  # type: ignore[attr-defined]

@@ -28,12 +28,21 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from ...system.fork_lock import fork_lock
+
 _LIGHT_DONE = False
 _HEAVY_STATE = "not started"  # "scheduled" (kernel idle callback pending), "done"
 
 
 def warm_up(config: Any = None) -> None:
-    """Before a forked launch: the light imports now, the heavy one now or at the kernel's next idle."""
+    """Before a forked launch: the light imports now, the heavy one now or at the kernel's next idle.
+    Under the fork lock: a launch in another thread forks before or after these imports, never
+    while one of them holds its module's import lock (system/fork_lock.py)."""
+    with fork_lock():
+        _warm_up(config)
+
+
+def _warm_up(config: Any) -> None:
     global _LIGHT_DONE
     if not _LIGHT_DONE:
         import torch.distributed  # noqa: F401
@@ -52,7 +61,7 @@ def import_heavy() -> None:
     """torch._dynamo, imported by DDP's first construction (~1.3 s per worker when not shared)."""
     global _HEAVY_STATE
     _HEAVY_STATE = "done"
-    with _environ_kept():  # importing torch._dynamo sets TORCHINDUCTOR_CACHE_DIR in the kernel
+    with fork_lock(), _environ_kept():  # importing torch._dynamo sets TORCHINDUCTOR_CACHE_DIR in the kernel
         try:
             import torch._dynamo  # noqa: F401
         except Exception:  # noqa: BLE001 - a worker that needs it reports the real error
@@ -75,8 +84,9 @@ def _environ_kept() -> Iterator[None]:
 def _schedule_when_idle() -> bool:
     """Ask a Jupyter kernel's event loop to run import_heavy() once it is idle; False outside one.
 
-    The callback runs on the kernel's main thread between cells, so it never races a fork or the
-    user's own imports (a background thread could do both).
+    The callback runs on the kernel's main thread between cells, so it never races the user's own
+    imports (a background thread could); a launch forking in another thread meanwhile waits for it
+    (system/fork_lock.py).
     """
     global _HEAVY_STATE
     loop = _kernel_event_loop()
@@ -116,7 +126,7 @@ def warm_up_deepspeed() -> None:
     from ...system.hardware import detect
 
     if detect().cuda_device_count == 0:
-        with _environ_kept():  # importing deepspeed sets variables; the kernel keeps its own
+        with fork_lock(), _environ_kept():  # importing deepspeed sets variables; the kernel keeps its own
             try:
                 import deepspeed  # noqa: F401
 
