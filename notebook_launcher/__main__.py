@@ -1,6 +1,6 @@
 """`python -m notebook_launcher ...` is the `notebook-launcher` command."""
 
-from notebook_launcher.cli import main
+from notebook_launcher.cli import run
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run()

@@ -10,6 +10,6 @@ Imports: config, hardware, errors, network, memory_estimate. Never widgets, laun
 runtime through the env contract only).
 """
 
-from .main import main
+from .main import main, run
 
-__all__ = ["main"]
+__all__ = ["main", "run"]

@@ -8,7 +8,7 @@ GPUs. When the script raises, it records the exception in the error file torchru
 worker (TORCHELASTIC_ERROR_FILE, written through torch's own ErrorHandler), so the launcher can
 name the failing rank and show its traceback; plain scripts do not write that file themselves (it
 needs torch's `@record` around an entry function). And a script that finished ends without C++
-static destruction, where torch sometimes aborts (`_leave`). Memory is handled as in
+static destruction, where torch sometimes aborts (system/process_exit.py). Memory is handled as in
 notebook_launch's workers: glibc as in a plain process, unless NOTEBOOK_LAUNCHER_MMAP_THRESHOLD
 asks otherwise (runtime/memory_phases.py).
 
@@ -18,18 +18,17 @@ exits with status 1, exactly like an uncaught exception in `python script.py`.
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import runpy
 import signal
 import sys
-import threading
 import time
 import traceback
 
 from ..records.names import LAUNCHER_PID_ENV
 from ..system.parent_death import die_with_parent
+from ..system.process_exit import leave
 
 USAGE = "usage: python -m notebook_launcher.cli.bootstrap {script,module} TARGET [ARGS...]"
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
@@ -132,7 +131,7 @@ def main(argv: list[str]) -> None:
     try:
         run_target(kind, target, args)
     except SystemExit as exc:  # sys.exit() in the script: its code, then the same clean end
-        _leave(_exit_code(exc.code))
+        leave(_exit_code(exc.code))
     except Exception as exc:
         _trim(exc)
         try:
@@ -145,7 +144,7 @@ def main(argv: list[str]) -> None:
         _trim(exc)
         sys.excepthook(type(exc), exc, exc.__traceback__)
         sys.exit(130)
-    _leave(0)
+    leave(0)
 
 
 def _exit_code(code: object) -> int:
@@ -156,27 +155,6 @@ def _exit_code(code: object) -> int:
         return code
     print(code, file=sys.stderr)
     return 1
-
-
-def _leave(code: int) -> None:
-    """End a worker whose script finished as `python script.py` would, minus C++ static
-    destruction: torch 2.13 aborts there now and then (SIGABRT, "terminate called without an
-    active exception") after a script that succeeded — seen in `notebook-launcher test`, which
-    destroys its group — and the launcher would report a failed rank. First what Py_Finalize does
-    first: wait for the script's non-daemon threads (and threading's own exit hooks, which end
-    thread pools), run the atexit handlers (logging, multiprocessing, the runtime's group
-    teardown); then flush and end the process."""
-    shutdown = getattr(threading, "_shutdown", None)
-    if shutdown is not None:
-        shutdown()
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
-        try:
-            if stream is not None:
-                stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,33 @@
+"""Ending a process of ours whose work is done, without Python's teardown of the modules it loaded.
+
+After its atexit handlers, Python tears every module down. With torch loaded that costs 0.4 to 1 s
+of CPU on our 2-core machine (`python -c "import torch"`: 2.2 to 2.9 s, against 1.6 to 1.8 s when
+it ends with os._exit), which `notebook-launcher launch` made its user wait for after the last rank
+had ended (0.77 s, median of 5), and torch 2.13 sometimes aborts in C++ static destruction after a
+script that succeeded, which a worker would report as a failed rank.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+from typing import NoReturn
+
+
+def leave(code: int) -> NoReturn:
+    """End this process with `code` after what Py_Finalize does first: wait for its non-daemon
+    threads (and threading's own exit hooks, which end thread pools), run the atexit handlers
+    (logging, multiprocessing, a process group's teardown), flush the standard streams."""
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None:
+        shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
