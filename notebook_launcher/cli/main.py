@@ -45,7 +45,7 @@ commands:
 
 def run() -> NoReturn:
     """The `notebook-launcher` console script: main(), then the process ends without Python's
-    teardown of torch, which `launch` loaded (system/process_exit.py: 0.7 s sooner)."""
+    teardown of torch, which `launch` loaded (system/process_exit.py)."""
     leave(main())
 
 

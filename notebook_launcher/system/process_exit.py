@@ -1,9 +1,9 @@
 """Ending a process of ours whose work is done, without Python's teardown of the modules it loaded.
 
-After its atexit handlers, Python tears every module down. With torch loaded that costs 0.4 to 1 s
-of CPU on our 2-core machine (`python -c "import torch"`: 2.2 to 2.9 s, against 1.6 to 1.8 s when
-it ends with os._exit), which `notebook-launcher launch` made its user wait for after the last rank
-had ended (0.77 s, median of 5), and torch 2.13 sometimes aborts in C++ static destruction after a
+After its atexit handlers, Python tears every module down. With torch loaded that takes most of a
+second on our 2-core machine, which `notebook-launcher launch` made its user wait for after the
+last rank had ended (1.03 s from that end to the command's exit, 0.31 s without the teardown:
+benchmarks/exit_latency.py); and torch 2.13 sometimes aborts in C++ static destruction after a
 script that succeeded, which a worker would report as a failed rank.
 """
 
