@@ -94,34 +94,49 @@ def explain(result: subprocess.CompletedProcess) -> str:
     return f"exit {result.returncode}\n--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
 
 
+_MACHINE = """
+import importlib, json, sys
+from notebook_launcher import notebook_launch
+module, name, rank, address, port = sys.argv[1:6]
+fn = getattr(importlib.import_module(module), name)
+result = notebook_launch(fn, num_processes=1, num_nodes=2, node_rank=int(rank), master_addr=address,
+                         master_port=int(port), quiet=True, timeout=60)
+print("RESULT " + json.dumps(list(result)), flush=True)
+"""
+
+
 def two_machines_here(fn, master_addr: str, port: int) -> dict:
-    """notebook_launch(fn) as two one-process "machines" in threads of this process (machine 1
-    first, each started 0.2 s apart); their results by machine rank."""
-    import threading
+    """notebook_launch(fn) as two one-process "machines": two programs on this host, as two machines
+    run it (machine 1 first, 0.2 s apart); each one's results by machine rank, through JSON (a tuple
+    comes back as a list). Not two threads of one process: a launcher forks its ranks, and a fork
+    taken while the other launcher's store thread holds glibc's resolver lock hands the rank that
+    lock held (launch/planning.py)."""
+    import json
     import time
 
-    from notebook_launcher import notebook_launch
-
-    results = {}
-
-    def node(rank):
-        results[rank] = notebook_launch(
-            fn,
-            num_processes=1,
-            num_nodes=2,
-            node_rank=rank,
-            master_addr=master_addr,
-            master_port=port,
-            quiet=True,
-            timeout=60,
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH")])
+        ),
+    }
+    machines = {}
+    for rank in (1, 0):
+        machines[rank] = subprocess.Popen(
+            [sys.executable, "-c", _MACHINE, fn.__module__, fn.__name__, str(rank), master_addr, str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            start_new_session=True,
         )
-
-    threads = [threading.Thread(target=node, args=(rank,)) for rank in (1, 0)]
-    for thread in threads:
-        thread.start()
         time.sleep(0.2)
-    for thread in threads:
-        thread.join(90)
+    results = {}
+    for rank, machine in machines.items():
+        done = finish(machine, timeout=120)
+        assert done.returncode == 0, f"machine {rank} failed:\n{explain(done)}"
+        line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
+        results[rank] = json.loads(line.removeprefix("RESULT "))
     return results
 
 

@@ -1,5 +1,5 @@
-"""notebook_launch over several machines, rehearsed on one host: two launchers in one process
-(threads), and two separate programs as two machines would run them."""
+"""notebook_launch over several machines, rehearsed on one host: two programs of one process each
+(test_cli_helpers.two_machines_here), and two programs of two processes each."""
 
 import json
 import subprocess
@@ -22,8 +22,8 @@ def two_node_all_reduce():
 
 def test_two_nodes_over_loopback():
     results = two_machines_here(two_node_all_reduce, "127.0.0.1", free_port())
-    assert list(results[0]) == [(2, 0, 3.0)]
-    assert list(results[1]) == [(2, 1, 3.0)]
+    assert results[0] == [[2, 0, 3.0]]
+    assert results[1] == [[2, 1, 3.0]]
 
 
 NODE_SCRIPT = """

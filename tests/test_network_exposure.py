@@ -8,7 +8,6 @@ import socket
 
 import psutil
 import pytest
-import torch  # noqa: F401 - imported before two launches start in threads (a concurrent first import fails)
 from test_cli_helpers import cli_env, explain, free_port, run_cli, two_machines_here
 
 from notebook_launcher import notebook_launch
@@ -51,8 +50,9 @@ def _non_loopback_address() -> str:
 def test_several_machines_store_listens_on_the_address_given_for_machine_zero():
     address, port = _non_loopback_address(), free_port()
     results = two_machines_here(store_listeners, address, port)
-    # Both "machines" are this process here; machine 0's store is the only listener on the port.
-    assert list(results[0]) == [[address]] and list(results[1]) == [[address]]
+    # Machine 0's launcher listens on the port at the address given, and only there; machine 1's
+    # launcher listens on nothing (it hosts no store).
+    assert results[0] == [[address]] and results[1] == [[]]
 
 
 def test_bind_address_choice():
@@ -92,3 +92,26 @@ def test_cli_on_one_machine_listens_on_loopback_only(tmp_path, backend):
         assert report["ips"] == [LOOPBACK]  # ... on loopback, and nothing of it on another interface
     if backend == "c10d":
         assert "on one machine the rendezvous is static, on 127.0.0.1 only" in result.stderr
+
+
+def test_machine_zero_listens_at_once_but_hosts_its_store_only_after_its_ranks_are_forked():
+    """The TCPStore's server thread formats each peer's address with getnameinfo, which holds glibc's
+    resolver lock for a moment; a rank forked in that moment inherits the lock held and hangs at its
+    own first lookup. So machine 0 binds its port first (the other machines' probes queue there) and
+    hosts the store when a connection arrives, which the supervisor watches for after the forks."""
+    from notebook_launcher import LaunchConfig
+    from notebook_launcher.launch import planning
+    from notebook_launcher.launch.supervise.store_on_demand import StoreOnDemand
+    from notebook_launcher.resolution.resolve import resolve_launch
+
+    config = LaunchConfig(
+        num_machines=2, machine_rank=0, main_process_ip=LOOPBACK, main_process_port=free_port()
+    )
+    request = resolve_launch(config, "notebook", num_processes=2, start_method="fork")
+    _, port, store = planning.rendezvous(request, on_demand=True)
+    try:
+        assert isinstance(store, StoreOnDemand) and store.store is None  # no TCPStore thread yet
+        with socket.create_connection((LOOPBACK, port), timeout=5):  # a machine's probe is answered
+            pass
+    finally:
+        store.close()

@@ -87,7 +87,7 @@ class NodeRun:
         request = resolve_launch(cfg, "node", num_processes=job.nproc)
         for note in request.notes:
             say(f"notebook_launch: {note}")
-        addr, port, store = planning.rendezvous(request)
+        addr, port, store = planning.rendezvous(request, on_demand=True)  # hosted after the forks
         request = dataclasses.replace(  # the port node 0's store took (0 asked for any free one)
             request, port=port, config=request.config.replace(main_process_ip=addr, main_process_port=port)
         )

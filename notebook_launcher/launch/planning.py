@@ -85,13 +85,18 @@ def rendezvous(request: LaunchRequest, on_demand: bool = False) -> tuple[str, in
     (port 0 = the OS picks a free one), and every worker connects to it as a client, as torchrun's
     agent does (TORCHELASTIC_USE_AGENT_STORE). No window in which another program can take the
     port, and no stale store from an earlier launch: the store lives exactly as long as the launch.
-    on_demand (one machine, whose ranks meet in a file: system/store.py): the port is bound now and
-    the TCPStore hosted only when a rank's own init_process_group connects (the supervisor watches).
+    on_demand (launches the supervisor runs): the port is bound now and the TCPStore hosted only
+    when a connection arrives, which the supervisor watches for once every rank has started. On one
+    machine the ranks meet in a file (system/store.py), so it is hosted only for a rank's own
+    init_process_group. Over several machines it is hosted right after this machine's ranks are
+    forked, never before: its server thread formats each peer's address with getnameinfo, which
+    holds glibc's resolver lock for a moment, and a rank forked in that moment inherits the lock
+    held and hangs at its own first lookup (its TCPStore connect; seen in a two-machine rehearsal).
     """
     config = request.config
     if config.machine_rank != 0:
         return request.main_address, request.port, None
-    store = _host_store(request.store_bind, request.port, on_demand=on_demand and config.num_machines == 1)
+    store = _host_store(request.store_bind, request.port, on_demand=on_demand)
     return request.main_address, store.port, store
 
 

@@ -179,7 +179,7 @@ class Supervisor:
             self.selector.register(worker.err.fileno(), selectors.EVENT_READ, (worker, "stderr"))
             self.selector.register(worker.msg.fileno(), selectors.EVENT_READ, (worker, "msg"))
             self.selector.register(worker.process.sentinel, selectors.EVENT_READ, (worker, "exit"))
-        if isinstance(self.plan.store, StoreOnDemand):  # hosted when a rank's own code connects
+        if isinstance(self.plan.store, StoreOnDemand):  # hosted at the first connection, after the forks
             self.selector.register(self.plan.store.fileno(), selectors.EVENT_READ, (None, "store"))
 
     # -------------------------------------------------------------------- loop
