@@ -1,6 +1,8 @@
 """The rendezvous store of a notebook launch, hosted on demand: the port is the launch's from the
-start, and torch's TCPStore is made on it only when a rank's own init_process_group connects (why:
-system/store.py). The supervisor's select loop watches it and hosts or closes it."""
+start, and torch's TCPStore is made on it only when a connection arrives, once the ranks have been
+forked. On one machine that is a rank's own init_process_group (why: system/store.py); over several
+machines the first rank or machine that connects (why: launch/planning.py). The supervisor's select
+loop watches it and hosts or closes it."""
 
 from __future__ import annotations
 
@@ -11,10 +13,9 @@ from ...system.store import listening_socket, store_on_socket
 
 
 class StoreOnDemand:
-    """A listening socket whose TCPStore is hosted only when a rank connects (its own
-    init_process_group through MASTER_ADDR:MASTER_PORT): the launch's loop watches fileno() and calls
-    host(). Until then no TCPStore exists, so no lookup (see above); the port is this launch's from
-    the start, and close() frees it."""
+    """A listening socket whose TCPStore is hosted only when something connects: the launch's loop
+    watches fileno() and calls host(). Until then no TCPStore exists, so no lookup and no server
+    thread (see above); the port is this launch's from the start, and close() frees it."""
 
     def __init__(self, bind: str, port: int, timeout_s: float) -> None:
         self._sock: socket.socket | None = listening_socket(bind, port)
