@@ -122,13 +122,11 @@ def two_machines_here(fn, master_addr: str, port: int) -> dict:
     }
     machines = {}
     for rank in (1, 0):
-        machines[rank] = subprocess.Popen(
-            [sys.executable, "-c", _MACHINE, fn.__module__, fn.__name__, str(rank), master_addr, str(port)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        machines[rank] = start_cli(
+            [fn.__module__, fn.__name__, str(rank), master_addr, str(port)],
+            cwd=ROOT,
             env=env,
-            start_new_session=True,
+            program=[sys.executable, "-c", _MACHINE],
         )
         time.sleep(0.2)
     results = {}

@@ -16,7 +16,7 @@ import os
 import threading
 from collections.abc import Iterator
 
-_lock = threading.RLock()  # re-entrant: a warm-up's heavy import runs inside the warm-up
+_lock = threading.RLock()  # re-entrant: a nested use in the same thread cannot deadlock
 
 
 def _fresh_in_child() -> None:

@@ -24,10 +24,16 @@ def leave(code: int) -> NoReturn:
     if shutdown is not None:
         shutdown()
     atexit._run_exitfuncs()
+    flush_standard_streams()
+    os._exit(code)
+
+
+def flush_standard_streams() -> None:
+    """What os._exit would lose: text still buffered in sys.stdout/stderr (and the originals, where
+    something replaced them). A stream already closed or gone is left alone."""
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:
             if stream is not None:
                 stream.flush()
         except (OSError, ValueError):
             pass
-    os._exit(code)

@@ -17,7 +17,8 @@ from __future__ import annotations
 import atexit
 import multiprocessing.util
 import os
-import sys
+
+from ...system.process_exit import flush_standard_streams
 
 _SERVER_PID = os.getpid()
 
@@ -28,11 +29,7 @@ def _exit_now() -> None:
     finalizers = getattr(multiprocessing.util, "_exit_function", None)  # registered before this one
     if finalizers is not None:
         finalizers()  # multiprocessing's own exit work, which would not run otherwise
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (AttributeError, OSError, ValueError):
-            pass
+    flush_standard_streams()
     os._exit(0)
 
 

@@ -36,21 +36,17 @@ _HEAVY_STATE = "not started"  # "scheduled" (kernel idle callback pending), "don
 
 def warm_up(config: Any = None) -> None:
     """Before a forked launch: the light imports now, the heavy one now or at the kernel's next idle.
-    Under the fork lock: a launch in another thread forks before or after these imports, never
-    while one of them holds its module's import lock (system/fork_lock.py)."""
-    with fork_lock():
-        _warm_up(config)
-
-
-def _warm_up(config: Any) -> None:
+    Each import here holds the fork lock: a launch in another thread forks before or after it, never
+    while it holds its module's import lock (system/fork_lock.py)."""
     global _LIGHT_DONE
     if not _LIGHT_DONE:
-        import torch.distributed  # noqa: F401
-        import torch.nn.parallel  # noqa: F401
+        with fork_lock():
+            import torch.distributed  # noqa: F401
+            import torch.nn.parallel  # noqa: F401
 
-        import notebook_launcher.runtime  # noqa: F401
+            import notebook_launcher.runtime  # noqa: F401
 
-        _LIGHT_DONE = True
+            _LIGHT_DONE = True
     if _HEAVY_STATE == "not started" and not _schedule_when_idle():
         import_heavy()
     if config is not None and config.distributed_type == "DEEPSPEED":
