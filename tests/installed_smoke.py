@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from kernel_transport import ipc_config, ipc_kernel_manager
+
 BIN = Path(sys.executable).parent
 CLI = str(BIN / "notebook-launcher")
 
@@ -237,7 +239,9 @@ def notebooks(repo: Path) -> None:
     from nbclient import NotebookClient
 
     book = nbformat.read(repo / "notebooks" / "01_quickstart.ipynb", as_version=4)
-    NotebookClient(book, timeout=300, kernel_name="python3", resources={"metadata": {"path": "."}}).execute()
+    NotebookClient(
+        book, timeout=300, kernel_name="python3", resources={"metadata": {"path": "."}}, config=ipc_config()
+    ).execute()
     out = "".join(
         o.get("text", "") for c in book.cells if c.cell_type == "code" for o in c.get("outputs", [])
     )
@@ -267,9 +271,7 @@ def worker_displays_in_a_kernel() -> None:
     """A real kernel of this venv: the warm pool's and spawned workers' HTML and figures reach the cell."""
     import queue
 
-    from jupyter_client.manager import KernelManager
-
-    km = KernelManager(kernel_name="python3")
+    km = ipc_kernel_manager()
     km.start_kernel()
     kc = km.client()
     kc.start_channels()

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jupyter_client.manager import KernelManager
+from kernel_transport import ipc_config, ipc_kernel_manager
 
 
 @dataclass
@@ -37,7 +37,7 @@ class CellRun:
 
 class KernelSession:
     def __init__(self, cwd: str | None = None) -> None:
-        self.km = KernelManager(kernel_name="python3")
+        self.km = ipc_kernel_manager()
         self.km.start_kernel(cwd=cwd)
         self.kc = self.km.client()
         self.kc.start_channels()
@@ -137,7 +137,11 @@ def execute_notebook(nb, workdir: Path, cell_timeout: float) -> float:
     import nbclient
 
     client = nbclient.NotebookClient(
-        nb, timeout=cell_timeout, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}
+        nb,
+        timeout=cell_timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(workdir)}},
+        config=ipc_config(),
     )
     start = time.monotonic()
     client.execute()

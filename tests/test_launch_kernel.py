@@ -5,6 +5,7 @@ import textwrap
 import psutil
 import pytest
 from kernel_session import code_cell, execute_notebook, new_notebook
+from kernel_transport import ipc_config
 from test_launch_kernel_errors import DEFINE as FAILING  # the same failing function as there
 
 pytestmark = pytest.mark.slow
@@ -94,7 +95,7 @@ def test_explicit_fork_on_a_cuda_kernel_is_a_clear_error(tmp_path):
             code_cell("notebook_launch(train, args=(1,), num_processes=2, start_method='fork')"),
         ]
     )
-    client = NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True)
+    client = NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True, config=ipc_config())
     client.execute()
     errors = [o for o in nb.cells[2].outputs if o.output_type == "error"]
     assert errors and errors[0].ename == "ConfigError"

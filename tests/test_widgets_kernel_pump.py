@@ -12,8 +12,10 @@ import time
 
 import pytest
 
-jupyter_client = pytest.importorskip("jupyter_client")
+pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
+
+from kernel_transport import ipc_kernel_manager  # noqa: E402 - after the skips
 
 SETUP = """
 from notebook_launcher.widgets import RunView
@@ -35,8 +37,12 @@ QUEUED = 'print("QUEUED_CELL_RAN", view.stop_requested)'
 
 @pytest.fixture
 def kernel():
-    manager, client = jupyter_client.manager.start_new_kernel(kernel_name="python3", startup_timeout=60)
+    manager = ipc_kernel_manager()
+    manager.start_kernel()
+    client = manager.client()
+    client.start_channels()
     try:
+        client.wait_for_ready(timeout=60)
         yield client
     finally:
         client.stop_channels()

@@ -8,7 +8,7 @@ import queue
 import time
 
 import pytest
-from jupyter_client.manager import KernelManager
+from kernel_transport import ipc_kernel_manager
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +56,7 @@ class Kernel:
     def __init__(self, cwd, stderr_path) -> None:
         self.stderr_path = stderr_path
         self._stderr = open(stderr_path, "w")  # noqa: SIM115
-        self.km = KernelManager(kernel_name="python3")
+        self.km = ipc_kernel_manager()
         self.km.start_kernel(cwd=str(cwd), stderr=self._stderr)
         self.kc = self.km.client()
         self.kc.start_channels()

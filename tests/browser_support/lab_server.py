@@ -10,11 +10,15 @@ import json
 import os
 import secrets
 import signal
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+from kernel_transport import SERVER_ARGUMENTS
 
 SETTINGS = {
     # no "news" / update toast over the notebook
@@ -56,7 +60,10 @@ class LabServer:
         self.stop()
 
     def start(self) -> None:
-        dirs = {name: self.workdir / name for name in ("config", "data", "runtime", "settings", "workspaces")}
+        dirs = {name: self.workdir / name for name in ("config", "data", "settings", "workspaces")}
+        # the kernels' ipc sockets are named after their connection files here: a short path
+        self._runtime = tempfile.mkdtemp(prefix="nl-lab-")
+        dirs["runtime"] = Path(self._runtime)
         for path in dirs.values():
             path.mkdir(parents=True, exist_ok=True)
         for name, value in SETTINGS.items():
@@ -83,6 +90,7 @@ class LabServer:
             f"--ServerApp.root_dir={self.root_dir}",
             f"--{app_class}.expose_app_in_browser=True",  # window.jupyterapp, used to read cell outputs
             "--ServerApp.terminals_enabled=False",
+            *SERVER_ARGUMENTS,
         ]
         if self.app == "lab":
             command += [
@@ -130,17 +138,20 @@ class LabServer:
 
     def stop(self) -> None:
         """Shut down through the API (kernels too); kill the process group if that fails."""
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is None:
             return
         try:
-            request = urllib.request.Request(self.url("api/shutdown"), method="POST", data=b"")
-            urllib.request.urlopen(request, timeout=5).read()
-            self.proc.wait(15)
+            if self.proc.poll() is None:
+                request = urllib.request.Request(self.url("api/shutdown"), method="POST", data=b"")
+                urllib.request.urlopen(request, timeout=5).read()
+                self.proc.wait(15)
         except (OSError, subprocess.TimeoutExpired):
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
         finally:
-            self._log.close()
+            if not self._log.closed:
+                self._log.close()
+            shutil.rmtree(self._runtime, ignore_errors=True)
 
     def delete_sessions(self) -> None:
         """Shut every kernel session down, so a reopened notebook gets a fresh kernel."""
