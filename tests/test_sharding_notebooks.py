@@ -34,7 +34,10 @@ def run(name: str, facts_expression: str, workdir: Path) -> tuple[dict, str]:
     for cell in nb.cells:  # stored clean: no outputs, no execution counts
         if cell.cell_type == "code":
             assert not cell.outputs and cell.execution_count is None, f"{name} is stored with outputs"
-    nb.cells.append(code_cell(f"import json as _j\nprint({FACTS!r} + _j.dumps({facts_expression}))"))
+    # the facts are read while the demo's files exist: before the last cell, which removes them
+    *_, tidy = (i for i, cell in enumerate(nb.cells) if "shutil.rmtree(WORK)" in cell.source)
+    nb.cells.insert(tidy, code_cell(f"import json as _j\nprint({FACTS!r} + _j.dumps({facts_expression}))"))
+    nb.cells.append(code_cell('print("WORK LEFT", WORK.exists())'))
     took = execute_notebook(nb, workdir, 240)
     print(f"{name} ran in {took:.0f} s")  # a hang is caught by the cell timeout; times live in benchmarks/
     text = "".join(
@@ -45,6 +48,7 @@ def run(name: str, facts_expression: str, workdir: Path) -> tuple[dict, str]:
     )
     found = re.findall(rf"^{FACTS}(.*)$", text, flags=re.M)
     assert found, f"no facts line in the outputs:\n{text[-3000:]}"
+    assert "WORK LEFT False" in text, f"{name} left its demo directory behind:\n{text[-1000:]}"
     return json.loads(found[-1]), text
 
 
