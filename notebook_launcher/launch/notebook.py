@@ -154,7 +154,8 @@ def notebook_launch(
 
     stall_timeout=S (default 300; None or 0: off): when no rank makes progress for S seconds, a hang
     report (each rank's stack, the collective it is in, a verdict) is shown and the run goes on;
-    timeout= stops the run with the same report (docs/hang-report.md).
+    timeout=T stops the run with the same report (docs/hang-report.md) T seconds after the workers
+    started; preparing a first launch (importing torch into this process) comes before that clock.
 
     view=True shows a live RunView (per-rank output, progress, metrics chart, Stop button) instead of
     printing lines; pass a RunView instance to reuse one. log_line_prefix_template (torchrun's: fields
