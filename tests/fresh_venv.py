@@ -10,8 +10,10 @@ would hide a dependency the wheel forgot to declare.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,9 +84,16 @@ def smoke(python: Path, what: str, timeout: int = 1200) -> str:
     this venv's build (another torch path, so another compile command) would replace the project
     venv's, which the suite's next DeepSpeed test would then compile again (minutes)."""
     extensions = python.parent.parent / "torch_extensions"
-    return run(
-        [str(python), str(SMOKE), what, str(ROOT)], timeout=timeout, TORCH_EXTENSIONS_DIR=str(extensions)
-    )
+    temp = tempfile.mkdtemp(prefix="nl-smoke-")  # its TMPDIR, gone afterwards; short: sockets live there
+    try:
+        return run(
+            [str(python), str(SMOKE), what, str(ROOT)],
+            timeout=timeout,
+            TORCH_EXTENSIONS_DIR=str(extensions),
+            TMPDIR=temp,
+        )
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def run(cmd: list[str], timeout: int, **env: str) -> str:

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kernel_transport import ipc_config, ipc_kernel_manager
+from kernel_isolation import ipc_config, start_kernel
 
 BIN = Path(sys.executable).parent
 CLI = str(BIN / "notebook-launcher")
@@ -271,12 +271,9 @@ def worker_displays_in_a_kernel() -> None:
     """A real kernel of this venv: the warm pool's and spawned workers' HTML and figures reach the cell."""
     import queue
 
-    km = ipc_kernel_manager()
-    km.start_kernel()
-    kc = km.client()
-    kc.start_channels()
+    kernel = start_kernel(ready_timeout=120)
+    kc = kernel.kc
     try:
-        kc.wait_for_ready(timeout=120)
         msg_id = kc.execute(DISPLAY_CELL)
         html, pngs, text, deadline = [], 0, "", time.monotonic() + 300
         while time.monotonic() < deadline:
@@ -303,8 +300,7 @@ def worker_displays_in_a_kernel() -> None:
             raise SystemExit(f"IPython {IPython.__version__}: {shown} HTML, {pngs} PNG of 4 each:\n{text}")
         print(f"IPython {IPython.__version__}: 4 HTML and 4 PNG displays from warm-pool and spawned workers")
     finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
+        kernel.close()
 
 
 def main() -> None:

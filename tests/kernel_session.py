@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import queue
 import re
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernel_transport import ipc_config, ipc_kernel_manager
+from kernel_isolation import environment_with_temp_dir, ipc_config, new_temp_dir, start_kernel
 
 
 @dataclass
@@ -37,11 +38,8 @@ class CellRun:
 
 class KernelSession:
     def __init__(self, cwd: str | None = None) -> None:
-        self.km = ipc_kernel_manager()
-        self.km.start_kernel(cwd=cwd)
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=60)
+        self.kernel = start_kernel(cwd)
+        self.km, self.kc = self.kernel.km, self.kernel.kc
 
     @property
     def pid(self) -> int:
@@ -104,8 +102,7 @@ class KernelSession:
         return ast.literal_eval(out.stdout.strip().splitlines()[-1])
 
     def close(self) -> None:
-        self.kc.stop_channels()
-        self.km.shutdown_kernel(now=True)
+        self.kernel.close()
 
 
 # nbformat is imported where a notebook is read or made, not when a test module is collected: every
@@ -143,6 +140,9 @@ def execute_notebook(nb, workdir: Path, cell_timeout: float) -> float:
         resources={"metadata": {"path": str(workdir)}},
         config=ipc_config(),
     )
-    start = time.monotonic()
-    client.execute()
+    start, temp_dir = time.monotonic(), new_temp_dir()
+    try:
+        client.execute(env=environment_with_temp_dir(temp_dir))
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
     return time.monotonic() - start

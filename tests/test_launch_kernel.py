@@ -4,8 +4,8 @@ import textwrap
 
 import psutil
 import pytest
+from kernel_isolation import ipc_config
 from kernel_session import code_cell, execute_notebook, new_notebook
-from kernel_transport import ipc_config
 from test_launch_kernel_errors import DEFINE as FAILING  # the same failing function as there
 
 pytestmark = pytest.mark.slow

@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
 
-from kernel_transport import ipc_kernel_manager  # noqa: E402 - after the skips
+from kernel_isolation import start_kernel  # noqa: E402 - after the skips
 
 SETUP = """
 from notebook_launcher.widgets import RunView
@@ -37,16 +37,11 @@ QUEUED = 'print("QUEUED_CELL_RAN", view.stop_requested)'
 
 @pytest.fixture
 def kernel():
-    manager = ipc_kernel_manager()
-    manager.start_kernel()
-    client = manager.client()
-    client.start_channels()
+    started = start_kernel()
     try:
-        client.wait_for_ready(timeout=60)
-        yield client
+        yield started.kc
     finally:
-        client.stop_channels()
-        manager.shutdown_kernel(now=True)
+        started.close()
 
 
 def wait_until_running(client, msg_id: str, timeout: float) -> None:

@@ -8,7 +8,7 @@ import queue
 import time
 
 import pytest
-from kernel_transport import ipc_kernel_manager
+from kernel_isolation import start_kernel
 
 pytestmark = pytest.mark.slow
 
@@ -56,11 +56,8 @@ class Kernel:
     def __init__(self, cwd, stderr_path) -> None:
         self.stderr_path = stderr_path
         self._stderr = open(stderr_path, "w")  # noqa: SIM115
-        self.km = ipc_kernel_manager()
-        self.km.start_kernel(cwd=str(cwd), stderr=self._stderr)
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=60)
+        self.kernel = start_kernel(str(cwd), stderr=self._stderr)
+        self.km, self.kc = self.kernel.km, self.kernel.kc
 
     def run(self, code: str, timeout: float = 180) -> list[dict]:
         msg_id = self.kc.execute(code)
@@ -78,8 +75,7 @@ class Kernel:
         raise TimeoutError(f"cell did not finish in {timeout} s: {code[:80]}")
 
     def close(self) -> None:
-        self.kc.stop_channels()
-        self.km.shutdown_kernel(now=True)
+        self.kernel.close()
         self._stderr.close()
 
 

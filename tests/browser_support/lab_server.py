@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -18,7 +18,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from kernel_transport import SERVER_ARGUMENTS
+from kernel_isolation import SERVER_ARGUMENTS
 
 SETTINGS = {
     # no "news" / update toast over the notebook
@@ -61,9 +61,11 @@ class LabServer:
 
     def start(self) -> None:
         dirs = {name: self.workdir / name for name in ("config", "data", "settings", "workspaces")}
-        # the kernels' ipc sockets are named after their connection files here: a short path
+        # the kernels' ipc sockets are named after their connection files here: a short path; the
+        # server's TMPDIR (its kernels' too) is in it, so what they leave there goes at stop()
         self._runtime = tempfile.mkdtemp(prefix="nl-lab-")
         dirs["runtime"] = Path(self._runtime)
+        (dirs["runtime"] / "tmp").mkdir()
         for path in dirs.values():
             path.mkdir(parents=True, exist_ok=True)
         for name, value in SETTINGS.items():
@@ -78,6 +80,7 @@ class LabServer:
             JUPYTERLAB_SETTINGS_DIR=str(dirs["settings"]),
             JUPYTERLAB_WORKSPACES_DIR=str(dirs["workspaces"]),
             JUPYTER_PLATFORM_DIRS="1",
+            TMPDIR=str(dirs["runtime"] / "tmp"),
         )
         executable, app_class = APPS[self.app]
         command = [
