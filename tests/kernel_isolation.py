@@ -18,6 +18,7 @@ Imported by tests/installed_smoke.py too (it runs as a script beside this file, 
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import shutil
 import tempfile
@@ -25,14 +26,20 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-_PRIVATE = tempfile.mkdtemp(prefix="nl-kernels-")
-atexit.register(shutil.rmtree, _PRIVATE, True)
+
+@functools.cache
+def _private() -> str:
+    """This process's directory for its kernels, made at the first kernel (a process that only
+    imports this module makes none), removed at exit."""
+    directory = tempfile.mkdtemp(prefix="nl-kernels-")
+    atexit.register(shutil.rmtree, directory, True)
+    return directory
 
 
 def ipc_traits() -> dict[str, str]:
     """KernelManager traits for one new kernel: ipc transport, sockets `<private dir>/<id>-<n>`
     (an absolute path, so the kernel and its client agree whatever their working directories)."""
-    return {"transport": "ipc", "ip": f"{_PRIVATE}/{uuid.uuid4().hex[:12]}"}
+    return {"transport": "ipc", "ip": f"{_private()}/{uuid.uuid4().hex[:12]}"}
 
 
 def ipc_kernel_manager(**traits: Any) -> Any:
@@ -54,7 +61,7 @@ def ipc_config() -> Any:
 
 def new_temp_dir() -> str:
     """A fresh directory for one kernel's TMPDIR (remove it with shutil.rmtree when the kernel is gone)."""
-    return tempfile.mkdtemp(prefix="tmp-", dir=_PRIVATE)
+    return tempfile.mkdtemp(prefix="tmp-", dir=_private())
 
 
 def environment_with_temp_dir(temp_dir: str) -> dict[str, str]:

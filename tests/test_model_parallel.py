@@ -4,7 +4,6 @@ the weights of one-process training on the same global batches, fp32, to 1e-5 (m
 One launch per world size runs several meshes one after another in the same processes (suite time).
 """
 
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -32,7 +31,7 @@ def _with_llama(cases, folder):
 
 
 @pytest.mark.slow
-def test_tensor_parallel_alone_on_two_processes():
+def test_tensor_parallel_alone_on_two_processes(tmp_path):
     """TP=2 by a plan, by parallelize_fn (with clipping), with "replicate" layers, in bf16, and a
     transformers Llama split by its own plan and loaded split with tp_plan="auto": all equal one
     process (bf16: close)."""
@@ -42,7 +41,7 @@ def test_tensor_parallel_alone_on_two_processes():
         (({"tp_size": 2}, 4, 3), {"route": "replicate", "clip": 0.05}),
         (({"tp_size": 2}, 4, 2), {"mixed_precision": "bf16"}),
     ]
-    folder = tempfile.mkdtemp()
+    folder = str(tmp_path)
     transformers = _llama_saved(folder)
     result = notebook_launch(_with_llama, args=(cases, folder), num_processes=2, timeout=TIMEOUT)
     meshes, llamas = result[0]
@@ -72,7 +71,7 @@ def _llama_saved(folder) -> bool:
 
 
 @pytest.mark.slow
-def test_fsdp2_by_tp_hsdp_and_resume_on_four_processes():
+def test_fsdp2_by_tp_hsdp_and_resume_on_four_processes(tmp_path):
     """FSDP2 x TP (with accumulation, no_sync and clipping), HSDP (2 replicas x 2 shards), FSDP2 x TP
     through an FSDP plugin in bf16, and save_state (sharded) / load_state, save_model and
     merge-weights on FSDP2 x TP."""
@@ -81,7 +80,7 @@ def test_fsdp2_by_tp_hsdp_and_resume_on_four_processes():
         (({"dp_replicate_size": 2, "dp_shard_size": 2}, 2, 3), {}),
         (({"dp_shard_size": 2, "tp_size": 2}, 2, 2), {"fsdp_plugin": True, "mixed_precision": "bf16"}),
     ]
-    folder = tempfile.mkdtemp()
+    folder = str(tmp_path)
     result = notebook_launch(
         _four, args=(cases, {"dp_shard_size": 2, "tp_size": 2}, folder), num_processes=4, timeout=TIMEOUT
     )

@@ -4,7 +4,6 @@ floor measured in the same test (tests/noise_floor.py); save_state/load_state re
 save_model and merge-weights give the full model under its own names; every bad size is a
 ConfigError naming it."""
 
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -38,7 +37,7 @@ def _two(items, folder):
     return cases(items), save_and_resume({"pp_size": 2}, 8, folder)
 
 
-def test_every_schedule_on_two_processes_equals_one_process():
+def test_every_schedule_on_two_processes_equals_one_process(tmp_path):
     """GPipe with gradient accumulation, 1F1B with accumulation and clipping across stages, interleaved 1F1B (2 virtual
     stages per rank) cut at named split points, the zero-bubble V schedule with the loss given at
     the first step; then save_state / load_state / save_model / merge-weights on a pipeline."""
@@ -52,7 +51,7 @@ def test_every_schedule_on_two_processes_equals_one_process():
         (({"pp_size": 2}, 8, 3), {"schedule": "zbv_zero_bubble", "n_microbatches": 4, "loss_in_step": True}),
         (({"pp_size": 2}, 8, 3), {"schedule": "1f1b", "n_microbatches": 4, "mixed_precision": "bf16"}),
     ]
-    folder = tempfile.mkdtemp()
+    folder = str(tmp_path)
     result = notebook_launch(_two, args=(items, folder), num_processes=2, timeout=TIMEOUT)
     (gpipe, one_f, interleaved, zbv, bf16), resume = result[0]
     _check(gpipe, 8, 3, "gpipe + accumulation", accumulate=2)  # (clipping would hide its scale)
