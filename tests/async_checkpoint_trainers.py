@@ -88,8 +88,12 @@ def kill_during_write(
     project_dir: str, kill_rank: int, kill_index: int, steps: int = 6, how: str = "SIGKILL"
 ) -> None:
     """Async saves after steps 2 and 4; rank kill_rank is SIGKILLed from the writer thread just before
-    its file number kill_index of the second save (the first one is complete by then); how="raise":
-    that write fails with an OSError instead (a full disk)."""
+    its file number kill_index of the second save (the first one is complete by then: save_state
+    waits for it); how="raise": that write fails with an OSError instead (a full disk).
+
+    The second save is known by its folder, not by a count of the training thread's: the training
+    thread reaches its second save_state while the first save's writer may not have begun (run Q2
+    of 2026-12-06 killed the first save that way, on a loaded machine)."""
     import torch
     from torch import nn
 
@@ -103,10 +107,10 @@ def kill_during_write(
     model = nn.Linear(4, 4)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
     model, optimizer = accelerator.prepare(model, optimizer)
-    saves = 0
+    second_save = ".checkpoint_1.partial"  # checkpoint.folders(): where checkpoint_1 is written first
 
     def die(index: int, path: Path) -> None:
-        if saves == 2 and index == kill_index and accelerator.process_index == kill_rank:
+        if second_save in path.parts and index == kill_index and accelerator.process_index == kill_rank:
             if how == "raise":
                 raise OSError(28, "No space left on device")
             os.kill(os.getpid(), signal.SIGKILL)
@@ -117,7 +121,6 @@ def kill_during_write(
         optimizer.step()
         optimizer.zero_grad()
         if step in (2, 4):
-            saves += 1
             accelerator.save_state()
     accelerator.end_training()
 
