@@ -172,6 +172,7 @@ def tab(browser, lab, request):
     """A fresh page; its screenshot is kept, its kernels are shut down after the test."""
     page = browser.new_page()
     page.set_default_timeout(60_000)
+    jl.keep_console(page)
     yield page
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"{request.node.name}-page.png"))
@@ -185,7 +186,7 @@ def page(tab, lab):
     jl.open_notebook(tab, lab, "panel.ipynb")
     assert jl.run_all_cells(tab) is True, jl.error_outputs(tab)
     assert jl.error_outputs(tab) == []
-    tab.locator(".nl-config-panel").nth(1).wait_for(state="visible")
+    jl.wait_visible(tab, lab, ".nl-config-panel", nth=1)  # fails with the page's and server's state
     assert jl.widget_problems(tab) == []
     return tab
 

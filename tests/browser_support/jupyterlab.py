@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import re
 import tempfile
+import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -54,6 +56,18 @@ WIDGET_OUTPUTS = _each_code_output(
     "      found.push({cell: index, rendered: !!(node && node.querySelector('.jupyter-widgets'))});"
 )
 
+# Each output of the open notebook, for a failure's description: its type, its MIME types, and for a
+# widget view whether a widget rendered there.
+OUTPUTS = _each_code_output(
+    "      const out = outputs.get(i).toJSON();\n"
+    "      const data = out.data || {};\n"
+    "      const node = cell.outputArea.widgets[i] ? cell.outputArea.widgets[i].node : null;\n"
+    "      found.push({cell: index, type: out.output_type, mime: Object.keys(data),\n"
+    "                  widget: !!data['application/vnd.jupyter.widget-view+json'],\n"
+    "                  rendered: !!(node && node.querySelector('.jupyter-widgets')),\n"
+    "                  text: String(out.text || data['text/plain'] || out.evalue || '').slice(0, 200)});"
+)
+
 WIDGET_REPR = re.compile(r"^[A-Z]\w*\((children|description|value|options|layout|outputs)=")
 BAD_TEXTS = ("Loading widget...", "Error displaying widget", "Model not found", "Failed to load model class")
 
@@ -93,6 +107,56 @@ def launch_browser(playwright: Any, profile_dir: str, viewport: tuple[int, int] 
         args=CHROMIUM_ARGS,
         viewport={"width": viewport[0], "height": viewport[1]},
     )
+
+
+_CONSOLE: weakref.WeakKeyDictionary[Any, list[str]] = weakref.WeakKeyDictionary()
+
+
+def keep_console(page: Any, lines: int = 50) -> None:
+    """Keep the page's last `lines` console messages (debug ones aside), for describe()."""
+    kept = _CONSOLE.setdefault(page, [])
+
+    def keep(message: Any) -> None:
+        if message.type == "debug":  # extensions registering commands: noise
+            return
+        kept.append(f"{time.strftime('%H:%M:%S')} {message.type}: {message.text[:300]}")
+        del kept[:-lines]
+
+    page.on("console", keep)
+
+
+def describe(page: Any, lab: Any) -> str:
+    """What a failed wait needs to be understood from CI's output alone: the kernel's state, each
+    output of the open notebook, the page's last console messages, the server log's tail."""
+    parts = []
+    for name, read in (
+        ("kernel idle", lambda: page.evaluate(KERNEL_IDLE)),
+        ("outputs", lambda: "\n  ".join(map(str, page.evaluate(OUTPUTS)))),
+    ):
+        try:
+            parts.append(f"{name}: {read()}")
+        except Exception as exc:  # noqa: BLE001 - a page that cannot answer: say so, go on
+            parts.append(f"{name}: (page did not answer: {exc})")
+    parts.append("console:\n  " + "\n  ".join(_CONSOLE.get(page, ["(not kept)"])))
+    try:
+        log = lab.log_path.read_text(errors="replace").splitlines()[-40:]
+    except OSError as exc:
+        log = [f"(unreadable: {exc})"]
+    parts.append(f"server log ({lab.log_path}), last lines:\n  " + "\n  ".join(log))
+    return "\n".join(parts)
+
+
+def wait_visible(page: Any, lab: Any, selector: str, nth: int = 0, timeout_ms: float | None = None) -> None:
+    """Wait until match `nth` of `selector` is visible; on timeout, fail with describe()."""
+    try:
+        page.locator(selector).nth(nth).wait_for(state="visible", timeout=timeout_ms)
+    except Exception as exc:
+        if type(exc).__name__ != "TimeoutError":
+            raise
+        count = page.locator(selector).count()
+        raise AssertionError(
+            f"{selector} #{nth} not visible ({count} on the page): {exc}\n{describe(page, lab)}"
+        ) from None
 
 
 def open_notebook(page: Any, lab: Any, notebook: str, timeout_ms: int = 90_000) -> None:
