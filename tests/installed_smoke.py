@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kernel_isolation import ipc_config, start_kernel
+from kernel_isolation import run_notebook, start_kernel
 
 BIN = Path(sys.executable).parent
 CLI = str(BIN / "notebook-launcher")
@@ -236,12 +236,9 @@ def _rank() -> int:
 
 def notebooks(repo: Path) -> None:
     import nbformat
-    from nbclient import NotebookClient
 
     book = nbformat.read(repo / "notebooks" / "01_quickstart.ipynb", as_version=4)
-    NotebookClient(
-        book, timeout=300, kernel_name="python3", resources={"metadata": {"path": "."}}, config=ipc_config()
-    ).execute()
+    run_notebook(book, ".", timeout=300)
     out = "".join(
         o.get("text", "") for c in book.cells if c.cell_type == "code" for o in c.get("outputs", [])
     )

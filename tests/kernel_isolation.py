@@ -42,30 +42,13 @@ def ipc_traits() -> dict[str, str]:
     return {"transport": "ipc", "ip": f"{_private()}/{uuid.uuid4().hex[:12]}"}
 
 
-def ipc_kernel_manager(**traits: Any) -> Any:
-    """A python3 KernelManager (not started) whose kernel will listen on ipc sockets."""
-    from jupyter_client.manager import KernelManager
-
-    return KernelManager(kernel_name="python3", **ipc_traits(), **traits)
-
-
-def ipc_config() -> Any:
-    """traitlets Config for a NotebookClient: the kernel it starts listens on ipc sockets."""
-    from traitlets.config import Config
-
-    config = Config()
-    for name, value in ipc_traits().items():
-        setattr(config.KernelManager, name, value)
-    return config
-
-
-def new_temp_dir() -> str:
+def _new_temp_dir() -> str:
     """A fresh directory for one kernel's TMPDIR (remove it with shutil.rmtree when the kernel is gone)."""
     return tempfile.mkdtemp(prefix="tmp-", dir=_private())
 
 
-def environment_with_temp_dir(temp_dir: str) -> dict[str, str]:
-    """This process's environment with TMPDIR=temp_dir: start_kernel(env=...) gives it to the kernel."""
+def _environment_with_temp_dir(temp_dir: str) -> dict[str, str]:
+    """This process's environment with TMPDIR=temp_dir, for the kernel's start_kernel(env=...)."""
     return {**os.environ, "TMPDIR": temp_dir}
 
 
@@ -86,9 +69,11 @@ class IsolatedKernel:
 
 def start_kernel(cwd: str | None = None, ready_timeout: float = 60, **start_options: Any) -> IsolatedKernel:
     """A python3 kernel on ipc sockets with a TMPDIR of its own, started in cwd, its client ready."""
-    km = ipc_kernel_manager()
-    temp_dir = new_temp_dir()
-    km.start_kernel(cwd=cwd, env=environment_with_temp_dir(temp_dir), **start_options)
+    from jupyter_client.manager import KernelManager
+
+    km = KernelManager(kernel_name="python3", **ipc_traits())
+    temp_dir = _new_temp_dir()
+    km.start_kernel(cwd=cwd, env=_environment_with_temp_dir(temp_dir), **start_options)
     kc = km.client()
     kc.start_channels()
     kernel = IsolatedKernel(km, kc, temp_dir)
@@ -98,6 +83,27 @@ def start_kernel(cwd: str | None = None, ready_timeout: float = 60, **start_opti
         kernel.close()
         raise
     return kernel
+
+
+def run_notebook(nb: Any, cwd: str, **options: Any) -> Any:
+    """Run every cell of `nb` (nbformat 4) in a fresh python3 kernel started in cwd, on ipc sockets
+    and with a TMPDIR of its own (nbclient's NotebookClient; `options` are its own, e.g. timeout,
+    allow_errors); the client, its outputs in `nb`."""
+    from nbclient import NotebookClient
+    from traitlets.config import Config
+
+    config = Config()  # the KernelManager the client makes reads its traits from here
+    for name, value in ipc_traits().items():
+        setattr(config.KernelManager, name, value)
+    client = NotebookClient(
+        nb, kernel_name="python3", resources={"metadata": {"path": cwd}}, config=config, **options
+    )
+    temp_dir = _new_temp_dir()
+    try:
+        client.execute(env=_environment_with_temp_dir(temp_dir))
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    return client
 
 
 # For a Jupyter server's own kernels (browser tests): the server names each kernel's sockets after

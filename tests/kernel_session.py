@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import queue
 import re
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernel_isolation import environment_with_temp_dir, ipc_config, new_temp_dir, start_kernel
+from kernel_isolation import run_notebook, start_kernel
 
 
 @dataclass
@@ -131,18 +130,6 @@ def new_notebook(cells: list):
 def execute_notebook(nb, workdir: Path, cell_timeout: float) -> float:
     """Run every cell of `nb` in a fresh python3 kernel started in workdir (nbclient; raises on the
     first error); the seconds it took."""
-    import nbclient
-
-    client = nbclient.NotebookClient(
-        nb,
-        timeout=cell_timeout,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(workdir)}},
-        config=ipc_config(),
-    )
-    start, temp_dir = time.monotonic(), new_temp_dir()
-    try:
-        client.execute(env=environment_with_temp_dir(temp_dir))
-    finally:
-        shutil.rmtree(temp_dir, ignore_errors=True)
+    start = time.monotonic()
+    run_notebook(nb, str(workdir), timeout=cell_timeout)
     return time.monotonic() - start

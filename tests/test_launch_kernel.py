@@ -4,7 +4,7 @@ import textwrap
 
 import psutil
 import pytest
-from kernel_isolation import ipc_config
+from kernel_isolation import run_notebook
 from kernel_session import code_cell, execute_notebook, new_notebook
 from test_launch_kernel_errors import DEFINE as FAILING  # the same failing function as there
 
@@ -86,8 +86,6 @@ def test_cuda_initialised_kernel_switches_to_the_warm_pool_and_says_so(tmp_path)
 
 
 def test_explicit_fork_on_a_cuda_kernel_is_a_clear_error(tmp_path):
-    from nbclient import NotebookClient
-
     nb = new_notebook(
         [
             code_cell(DEFINE),
@@ -95,8 +93,7 @@ def test_explicit_fork_on_a_cuda_kernel_is_a_clear_error(tmp_path):
             code_cell("notebook_launch(train, args=(1,), num_processes=2, start_method='fork')"),
         ]
     )
-    client = NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True, config=ipc_config())
-    client.execute()
+    run_notebook(nb, str(tmp_path), timeout=120, allow_errors=True)
     errors = [o for o in nb.cells[2].outputs if o.output_type == "error"]
     assert errors and errors[0].ename == "ConfigError"
     assert "start_method='fork' cannot be used" in errors[0].evalue and "spawn" in errors[0].evalue

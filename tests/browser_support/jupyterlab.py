@@ -148,11 +148,11 @@ def describe(page: Any, lab: Any) -> str:
 
 def wait_visible(page: Any, lab: Any, selector: str, nth: int = 0, timeout_ms: float | None = None) -> None:
     """Wait until match `nth` of `selector` is visible; on timeout, fail with describe()."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     try:
         page.locator(selector).nth(nth).wait_for(state="visible", timeout=timeout_ms)
-    except Exception as exc:
-        if type(exc).__name__ != "TimeoutError":
-            raise
+    except PlaywrightTimeout as exc:
         count = page.locator(selector).count()
         raise AssertionError(
             f"{selector} #{nth} not visible ({count} on the page): {exc}\n{describe(page, lab)}"
